@@ -1,0 +1,345 @@
+"""The one narrow port between the untrusted turn controller and the trusted backend.
+
+The controller (``runtime/``) orders model steps and tool requests; it holds no data, secrets,
+identity, policy or executors (spec: Runtime pipelines, R-004). Everything consequential goes
+through :class:`HostPort`, and every call presents the run's fixed :class:`AuthorityBundle`
+so the backend can reject one that differs in any field (R-006, R-007).
+
+This module is pure: dataclasses, enums and a Protocol. It imports nothing from the rest of
+the package, so both sides can depend on it.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorityBundle:
+    """Fixed at admission; presented unchanged by every later call of the run (R-006)."""
+
+    run_id: str
+    conversation_id: str
+    input_position: int
+    member: str
+    agent_version_id: str
+    audience_version: int
+    resource_digest: str
+    fence: int
+
+    def differing_fields(self, other: AuthorityBundle) -> list[str]:
+        """Names of the fields where ``other`` differs: any one means rejection."""
+        return [
+            name
+            for name in self.__slots__  # type: ignore[attr-defined]
+            if getattr(self, name) != getattr(other, name)
+        ]
+
+
+class Capability(str, enum.Enum):
+    READ = "read"
+    WRITE = "write"
+    SENSITIVE = "sensitive"
+    # A tool that declared nothing: treated as the strictest for fallback purposes.
+    UNDECLARED = "undeclared"
+
+
+class ToolOutcome(str, enum.Enum):
+    """Exactly one per invocation (API.md ``tool.settled``)."""
+
+    OK = "ok"
+    ERROR = "error"
+    RAISED = "raised"
+    TIMEOUT = "timeout"
+    ABANDONED = "abandoned"
+    SUPPRESSED = "suppressed"
+
+
+class FailureDomain(str, enum.Enum):
+    """Whose failure it was (spec: Whose failure it was)."""
+
+    NONE = "none"
+    TOOL = "tool"  # the tool could not do its job: counts towards its health
+    CALLER = "caller"  # relayed caller failure (a user program's traceback): never counts
+
+
+@dataclass(frozen=True, slots=True)
+class AdvertisedTool:
+    """One entry of the frozen catalog as the model sees it (bounds ≥ 2000 already stripped)."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    capability: Capability
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRequest:
+    """A tool call the model asked for. ``arguments`` is the raw JSON text, byte for byte."""
+
+    call_id: str
+    name: str
+    arguments: str
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallResult:
+    """What the backend hands back: a bounded, member-safe projection, never raw output."""
+
+    call_id: str
+    name: str
+    outcome: ToolOutcome
+    content: str
+    capability: Capability = Capability.UNDECLARED
+    failure_domain: FailureDomain = FailureDomain.NONE
+    # True when the call produced evidence the synthesis step can use.
+    evidence: bool = False
+    # True when the turn must close now (ambiguous write, policy block, tool cut off...).
+    closes_turn: bool = False
+    close_reason: str | None = None
+    # True when the call might have changed something (write/sensitive/undeclared/delegation).
+    may_have_effect: bool = False
+    delegated: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome not in (ToolOutcome.OK, ToolOutcome.SUPPRESSED)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call as it appears in model history."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    """One message of model context. Thinking never appears here (R-011)."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepSnapshot:
+    """Exactly what one model step sends. A pre-commit retry re-sends this object (R-009)."""
+
+    step: int
+    messages: tuple[ChatMessage, ...]
+    tools: tuple[AdvertisedTool, ...]
+    # Set when the step must call exactly this tool (required-tool rule).
+    required_tool: str | None = None
+
+    def digest(self) -> str:
+        payload = {
+            "step": self.step,
+            "messages": [
+                {
+                    "role": m.role,
+                    "content": m.content,
+                    "tool_calls": [[c.call_id, c.name, c.arguments] for c in m.tool_calls],
+                    "tool_call_id": m.tool_call_id,
+                    "name": m.name,
+                }
+                for m in self.messages
+            ],
+            "tools": [[t.name, t.description, dict(t.parameters), t.capability.value]
+                      for t in self.tools],
+            "required_tool": self.required_tool,
+        }
+        raw = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(raw.encode()).hexdigest()
+
+
+# --- Streamed events of one model step -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallEmitted:
+    """A complete tool call (the gateway assembles streamed fragments before emitting)."""
+
+    call: ToolCall
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class StepFinished:
+    usage: Usage = field(default_factory=Usage)
+    finish_reason: str | None = None
+    model: str | None = None
+
+
+StepEvent = TextDelta | ThinkingDelta | ToolCallEmitted | StepFinished
+
+
+class ModelStepError(Exception):
+    """A provider failure, already classified by the gateway.
+
+    ``retryable`` is True for transient failures (connect error, timeout, 429, 5xx); such a
+    failure may be retried before anything is committed. Deterministic failures (invalid
+    request, tool schema, model id, provider parameter) are never replayed. ``code`` is a
+    content-free diagnostic; no provider text travels in it.
+    """
+
+    def __init__(self, code: str, *, retryable: bool) -> None:
+        super().__init__(code)
+        self.code = code
+        self.retryable = retryable
+
+
+class AuthorityRejected(Exception):
+    """The backend refused a call whose bundle differs from the admitted one (R-007)."""
+
+    def __init__(self, fields: Sequence[str]) -> None:
+        super().__init__("authority bundle mismatch: " + ", ".join(fields))
+        self.fields = tuple(fields)
+
+
+class RunCancelled(Exception):
+    """The run was cancelled (member stop or inactivity budget); nothing more is settled."""
+
+
+# --- Live trace events the controller publishes -----------------------------------------
+
+TraceKind = Literal[
+    "model.step.started",
+    "answer.delta",
+    "thinking.delta",
+    "answer.committed",
+    "tool.requested",
+    "tool.settled",
+    "correction.applied",
+    "retry.scheduled",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEvent:
+    kind: TraceKind
+    data: Mapping[str, Any]
+
+
+# --- The terminal ---------------------------------------------------------------------
+
+
+class TerminalStatus(str, enum.Enum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+    ANSWER_UNAVAILABLE = "answer_unavailable"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class TerminalOutcome:
+    status: TerminalStatus
+    reason: str
+    answer: str | None = None
+
+
+@runtime_checkable
+class HostPort(Protocol):
+    """The controller's only door to the trusted backend."""
+
+    def model_step(
+        self, bundle: AuthorityBundle, snapshot: StepSnapshot
+    ) -> AsyncIterator[StepEvent]:
+        """Stream one model step. Raises :class:`ModelStepError` on provider failure."""
+        ...
+
+    async def call_tool(
+        self, bundle: AuthorityBundle, request: ToolCallRequest
+    ) -> ToolCallResult:
+        """Run one tool call through the guarded pipeline; always returns a settled result
+        (or raises :class:`AuthorityRejected` / :class:`RunCancelled`)."""
+        ...
+
+    async def publish(self, bundle: AuthorityBundle, event: TraceEvent) -> None:
+        """Append a trace event to the room journal (live-only kinds are not stored)."""
+        ...
+
+    async def publish_terminal(
+        self, bundle: AuthorityBundle, outcome: TerminalOutcome
+    ) -> bool:
+        """Settle the run by compare-and-set; True only for the one caller that settled it."""
+        ...
+
+    async def heartbeat(self, bundle: AuthorityBundle) -> None:
+        """Extend the run's lease; raises :class:`RunCancelled` when the run was cancelled."""
+        ...
+
+
+# --- What the backend hands the controller at admission ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CorrectionRule:
+    """An operator-defined literal response pattern and its fixed reminder (already bounded)."""
+
+    id: str
+    pattern: str
+    reminder: str
+
+
+@dataclass(frozen=True, slots=True)
+class Budgets:
+    max_cycles: int = 10
+    inactivity_ms: int = 120_000
+    max_parallel_tools: int = 1
+    correction_max_attempts: int = 1
+    # Pre-commit retries of one step for transient or empty provider exchanges.
+    max_step_retries: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class SynthesisInstructions:
+    """Authored once in the Python policy and applied identically on every agent."""
+
+    with_evidence: str
+    without_evidence: str
+    without_evidence_after_failure: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunManifest:
+    """Everything the controller may know about a run, fixed at admission (R-020)."""
+
+    bundle: AuthorityBundle
+    context: tuple[ChatMessage, ...]
+    catalog: tuple[AdvertisedTool, ...]
+    catalog_digest: str
+    budgets: Budgets
+    synthesis: SynthesisInstructions
+    correction_rules: tuple[CorrectionRule, ...] = ()
+    required_tool: str | None = None

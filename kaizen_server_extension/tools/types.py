@@ -1,0 +1,99 @@
+"""Shared shapes of the tool layer: descriptors, room classes, the per-call context.
+
+Kept small and dependency-free so the registry, the pipeline, the policy chain and plugins
+all agree on one definition.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kaizen_server_extension.runtime.port import AuthorityBundle, Capability
+
+DEFAULT_TIMEOUT_S = 30.0
+MAX_TIMEOUT_S = 240.0
+
+
+class RoomClass(str, enum.Enum):
+    """Shared-room admission class (spec: Shared-room admission classes)."""
+
+    # Exact room resources and audience-intersection reads: may enter a shared room.
+    AUDIENCE_SAFE_READ = "audience_safe_read"
+    # Bounded, secret-free metadata reads callable only as the initiating actor.
+    ACTOR_BOUND_READ = "actor_bound_read"
+    # Enters a turn only when the roster is exactly the initiating member.
+    ACTOR_PRIVATE_READ = "actor_private_read"
+    # Writes that keep the actor identity through their guard and repository checks.
+    ACTOR_BOUND_WRITE = "actor_bound_write"
+    # Missing/malformed/unknown declaration: absent from a shared room.
+    UNKNOWN = "unknown"
+
+
+class WriteCategory(str, enum.Enum):
+    """How a write is guarded (spec: Write tools and side effects)."""
+
+    NONE = "none"  # reads
+    MEMBER_STORE = "member_store"  # member-owned store writes: the write guard
+    ISOLATED_EXECUTION = "isolated_execution"  # run_code, workspace: the sandbox lease
+    EXTERNAL_EFFECT = "external_effect"  # the approval gate under ask_for_writes
+
+
+class MemberSafeError(Exception):
+    """A tool's anticipated failure, whose message is safe to hand to the model and member."""
+
+    def __init__(self, message: str, *, code: str = "tool_error",
+                 domain: str = "tool") -> None:
+        super().__init__(message)
+        self.code = code
+        self.domain = domain
+
+
+class ToolContext(Protocol):
+    """What a tool implementation may use. It acts as the member, never as the server."""
+
+    @property
+    def bundle(self) -> AuthorityBundle: ...
+
+    @property
+    def member(self) -> str: ...
+
+    @property
+    def services(self) -> Mapping[str, Any]:
+        """Named backend services the trusted host exposes to first-party tools."""
+        ...
+
+
+ToolImpl = Callable[..., Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class ToolDescriptor:
+    """A tool as registered: the trusted wrapper's declaration, not the model's."""
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+    capability: Capability = Capability.UNDECLARED
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    repeat_creates_object: bool = False
+    room_class: RoomClass = RoomClass.UNKNOWN
+    write_category: WriteCategory = WriteCategory.NONE
+    # Name of a multi-call protocol this tool belongs to (exposed whole or not at all).
+    protocol_group: str | None = None
+    # Discovery surface ("parent") this tool is listed under.
+    surface: str = "general"
+    first_party: bool = False
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def effective_timeout_s(self) -> float:
+        return min(self.timeout_s if self.timeout_s > 0 else DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S)
+
+
+@dataclass(frozen=True)
+class RegisteredTool:
+    descriptor: ToolDescriptor
+    impl: ToolImpl
