@@ -1,0 +1,115 @@
+"""The base of every Kaizen handler: authentication, member, errors, bodies."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from typing import Any, TypeVar
+
+from jupyter_server.base.handlers import APIHandler
+from pydantic import BaseModel, ValidationError
+from tornado import web
+
+from kaizen_server_extension.app import KaizenContext
+from kaizen_server_extension.errors import BadRequest, MemberError, SchemaViolation, TooLarge
+
+log = logging.getLogger("kaizen.api")
+
+Body = TypeVar("Body", bound=BaseModel)
+
+AUTH_RESOURCE = "kaizen"
+
+
+class KaizenHandler(APIHandler):  # type: ignore[misc]
+    """Authenticated JSON handler. XSRF is enforced by jupyter_server for cookie clients."""
+
+    auth_resource = AUTH_RESOURCE
+
+    @property
+    def kaizen(self) -> KaizenContext:
+        ctx: KaizenContext = self.settings["kaizen"]
+        return ctx
+
+    async def prepare(self) -> None:
+        await super().prepare()
+        user = self.current_user
+        if user is None:
+            raise web.HTTPError(401)
+        action = "read" if self.request.method in ("GET", "HEAD", "OPTIONS") else "write"
+        if not self.authorizer.is_authorized(self, user, action, AUTH_RESOURCE):
+            raise web.HTTPError(403)
+        member = user.username
+        if member not in self.kaizen.known_members:
+            await self.kaizen.store.members.ensure(member, user.display_name or member)
+            self.kaizen.known_members.add(member)
+
+    @property
+    def member(self) -> str:
+        name: str = self.current_user.username
+        return name
+
+    def body_bytes(self, limit: int) -> bytes:
+        body: bytes = self.request.body or b""
+        if len(body) > limit:
+            raise TooLarge("The request body is too large.", code="body_too_large")
+        return body
+
+    def parse_body(self, model: type[Body], *, limit: int = 1024 * 1024) -> Body:
+        """Malformed JSON is 400; a body that breaks the schema is 422 (API.md)."""
+        raw = self.body_bytes(limit)
+        try:
+            data = json.loads(raw or b"null")
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise BadRequest("The request body is not valid JSON.",
+                             code="malformed_json") from None
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            raise SchemaViolation(_describe(exc), code="schema_violation") from None
+
+    def write_json(self, payload: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(payload))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc_info = kwargs.get("exc_info")
+        exc = exc_info[1] if exc_info else None
+        self.set_header("Content-Type", "application/json")
+        if isinstance(exc, MemberError):
+            self.set_status(exc.status)
+            self.finish(json.dumps({"error": {"code": exc.code, "message": exc.message}}))
+            return
+        if isinstance(exc, web.HTTPError) and status_code < 500:
+            code, message = _HTTP_ERRORS.get(status_code, ("bad_request", "Bad request."))
+            self.finish(json.dumps({"error": {"code": code, "message": message}}))
+            return
+        reference = uuid.uuid4().hex[:12]
+        log.error("kaizen request failed (ref %s)", reference, exc_info=exc_info)
+        self.finish(json.dumps({"error": {
+            "code": "internal_error",
+            "message": f"Something went wrong on the server (reference {reference}).",
+        }}))
+
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        # Member errors and 4xx are expected outcomes, not faults; a 5xx is logged exactly
+        # once, with its reference, by write_error.
+        return
+
+
+_HTTP_ERRORS = {
+    400: ("bad_request", "Bad request."),
+    401: ("unauthenticated", "Authentication is required."),
+    403: ("forbidden", "You are not allowed to do that."),
+    404: ("not_found", "Not found."),
+    405: ("method_not_allowed", "That method is not allowed here."),
+}
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors()[:5]:
+        where = ".".join(str(p) for p in error["loc"]) or "body"
+        parts.append(f"{where}: {error['msg']}")
+    return "The request does not match the schema (" + "; ".join(parts) + ")."

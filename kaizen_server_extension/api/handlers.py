@@ -1,0 +1,181 @@
+"""REST handlers (API.md). Each one is a thin adapter: parse, authorize, call the store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tornado import web
+
+from kaizen_server_extension.api import schemas
+from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.api.openapi import openapi_document
+from kaizen_server_extension.errors import BadRequest, NotFound, TooLarge
+
+ID = r"[^/]{1,128}"
+AGENT_ID = r"[^/]{1,128}"
+MEMBER = r"[^/]{1,200}"
+MAX_JOURNAL_PAGE = 1000
+
+
+class AgentsHandler(KaizenHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        agents = await self.kaizen.store.agents.list_visible(self.member)
+        self.write_json([a.public() for a in agents])
+
+
+class AgentHandler(KaizenHandler):
+    @web.authenticated
+    async def get(self, agent_id: str) -> None:
+        agent = await self.kaizen.store.agents.get_visible(agent_id, self.member)
+        if agent is None:
+            raise NotFound("No such agent.", code="agent_not_found")
+        self.write_json(agent.public())
+
+
+class ConversationsHandler(KaizenHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        conversations = await self.kaizen.store.conversations.list_for(self.member)
+        self.write_json([c.public() for c in conversations])
+
+    @web.authenticated
+    async def post(self) -> None:
+        body = self.parse_body(schemas.CreateConversation)
+        conversation = await self.kaizen.store.conversations.create(
+            self.member, body.agent_id, body.title or "New conversation", body.shared
+        )
+        self.write_json(conversation.public(), status=201)
+
+
+class ConversationHandler(KaizenHandler):
+    @web.authenticated
+    async def get(self, conversation_id: str) -> None:
+        conversation = await self.kaizen.store.conversations.get_for(conversation_id,
+                                                                     self.member)
+        self.write_json(conversation.public())
+
+
+class ParticipantsHandler(KaizenHandler):
+    @web.authenticated
+    async def post(self, conversation_id: str) -> None:
+        body = self.parse_body(schemas.AddParticipant)
+        conversation = await self.kaizen.store.conversations.add_participant(
+            conversation_id, self.member, body.member
+        )
+        self.write_json(conversation.public())
+
+
+class ParticipantHandler(KaizenHandler):
+    @web.authenticated
+    async def delete(self, conversation_id: str, member: str) -> None:
+        conversation = await self.kaizen.store.conversations.remove_participant(
+            conversation_id, self.member, web.url_unescape(member)
+        )
+        self.write_json(conversation.public())
+
+
+class MessagesHandler(KaizenHandler):
+    @web.authenticated
+    async def post(self, conversation_id: str) -> None:
+        limit = self.kaizen.max_message_bytes
+        # JSON escaping can at most sextuple a text; anything larger cannot be within bound.
+        body = self.parse_body(schemas.PostMessage, limit=limit * 6 + 4096)
+        if len(body.text.encode("utf-8")) > limit:
+            raise TooLarge(f"The message is larger than {limit} bytes.",
+                           code="message_too_large")
+        accepted = await self.kaizen.store.inputs.accept(
+            conversation_id, self.member, body.text, kind=body.kind,
+            idempotency_key=body.idempotency_key,
+        )
+        self.write_json(accepted.public(), status=202)
+
+
+class JournalHandler(KaizenHandler):
+    @web.authenticated
+    async def get(self, conversation_id: str) -> None:
+        after = _int_arg(self, "after", 0, minimum=0)
+        limit = _int_arg(self, "limit", 100, minimum=1, maximum=MAX_JOURNAL_PAGE)
+        events = await self.kaizen.store.journal.read(conversation_id, self.member,
+                                                      after=after, limit=limit)
+        self.write_json({
+            "events": [e.public() for e in events],
+            "next": events[-1].seq if events else after,
+        })
+
+
+class RunHandler(KaizenHandler):
+    @web.authenticated
+    async def get(self, run_id: str) -> None:
+        run = await self.kaizen.store.runs.get_for(run_id, self.member)
+        self.write_json(run.public())
+
+
+class MemberSettingsHandler(KaizenHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        member = await self.kaizen.store.members.get(self.member)
+        assert member is not None  # ensured in prepare()
+        self.write_json(_settings(member.approval_mode, member.model, self))
+
+    @web.authenticated
+    async def put(self) -> None:
+        body = self.parse_body(schemas.MemberSettings)
+        member = await self.kaizen.store.members.update_settings(
+            self.member, approval_mode=body.approval_mode, model=body.model
+        )
+        self.write_json(_settings(member.approval_mode, member.model, self))
+
+
+class MeHandler(KaizenHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        self.write_json({"member": self.member,
+                         "admin": self.kaizen.is_admin(self.member)})
+
+
+class OpenAPIHandler(KaizenHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        self.write_json(openapi_document())
+
+
+def _settings(approval_mode: str, model: str | None, handler: KaizenHandler) -> dict[str, Any]:
+    return {"approval_mode": approval_mode, "model": model,
+            "default_model": handler.kaizen.model or None}
+
+
+def _int_arg(handler: KaizenHandler, name: str, fallback: int, *, minimum: int,
+             maximum: int | None = None) -> int:
+    raw = handler.get_query_argument(name, None)
+    if raw is None:
+        return fallback
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"Query parameter {name!r} must be an integer.",
+                         code="invalid_query") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+        raise BadRequest(f"Query parameter {name!r} must be {bound}.", code="invalid_query")
+    return value
+
+
+PREFIX = r"/kaizen/api"
+
+
+def routes() -> list[tuple[str, type[KaizenHandler]]]:
+    return [
+        (rf"{PREFIX}/openapi\.json", OpenAPIHandler),
+        (rf"{PREFIX}/agents", AgentsHandler),
+        (rf"{PREFIX}/agents/({AGENT_ID})", AgentHandler),
+        (rf"{PREFIX}/conversations", ConversationsHandler),
+        (rf"{PREFIX}/conversations/({ID})", ConversationHandler),
+        (rf"{PREFIX}/conversations/({ID})/participants", ParticipantsHandler),
+        (rf"{PREFIX}/conversations/({ID})/participants/({MEMBER})", ParticipantHandler),
+        (rf"{PREFIX}/conversations/({ID})/messages", MessagesHandler),
+        (rf"{PREFIX}/conversations/({ID})/journal", JournalHandler),
+        (rf"{PREFIX}/runs/({ID})", RunHandler),
+        (rf"{PREFIX}/members/me", MeHandler),
+        (rf"{PREFIX}/members/me/settings", MemberSettingsHandler),
+    ]

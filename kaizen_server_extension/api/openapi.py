@@ -1,0 +1,205 @@
+"""The OpenAPI 3.1 document of the REST API, served at ``kaizen/api/openapi.json``.
+
+Request schemas come from the pydantic models that validate them, so the document and the
+server cannot disagree about a body.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel
+
+from kaizen_server_extension import __version__
+from kaizen_server_extension.api import schemas
+
+JSON = "application/json"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _body(name: str) -> dict[str, Any]:
+    return {"required": True, "content": {JSON: {"schema": _ref(name)}}}
+
+
+def _ok(description: str, schema: dict[str, Any] | None = None,
+        status: str = "200") -> dict[str, Any]:
+    response: dict[str, Any] = {"description": description}
+    if schema is not None:
+        response["content"] = {JSON: {"schema": schema}}
+    return {status: response}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    text = {400: "Malformed request", 401: "Not authenticated",
+            403: "Visible but not yours to change", 404: "Not found or not visible to you",
+            409: "Conflict with the current state", 413: "Too large",
+            422: "Schema violation"}
+    return {str(c): {"description": text[c], "content": {JSON: {"schema": _ref("Error")}}}
+            for c in (401, *codes)}
+
+
+def _op(summary: str, responses: dict[str, Any], *, body: str | None = None,
+        params: list[dict[str, Any]] | None = None, op_id: str) -> dict[str, Any]:
+    op: dict[str, Any] = {"summary": summary, "operationId": op_id, "responses": responses}
+    if body:
+        op["requestBody"] = _body(body)
+    if params:
+        op["parameters"] = params
+    return op
+
+
+def _path_param(name: str) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _query_int(name: str, description: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "description": description,
+            "schema": {"type": "integer", "minimum": 0}}
+
+
+def _model_schemas(*models: type[BaseModel]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for model in models:
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        out.update(schema.pop("$defs", {}))
+        out[model.__name__] = schema
+    return out
+
+
+@cache
+def openapi_document() -> dict[str, Any]:
+    conv_id, run_id = _path_param("conversation_id"), _path_param("run_id")
+    components = _model_schemas(schemas.CreateConversation, schemas.AddParticipant,
+                                schemas.PostMessage, schemas.MemberSettings)
+    components.update({
+        "Error": {"type": "object", "required": ["error"], "properties": {"error": {
+            "type": "object", "required": ["code", "message"],
+            "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}},
+        "Agent": {"type": "object", "required": ["id", "name", "mode", "version", "tools"],
+                  "properties": {"id": {"type": "string"}, "name": {"type": "string"},
+                                 "mode": {"enum": ["search", "chat"]},
+                                 "version": {"type": "integer"},
+                                 "tools": {"type": "array", "items": {"type": "string"}}}},
+        "Conversation": {"type": "object",
+                         "required": ["id", "agent_id", "title", "shared", "owner",
+                                      "audience_version"],
+                         "properties": {"id": {"type": "string"},
+                                        "agent_id": {"type": "string"},
+                                        "title": {"type": "string"},
+                                        "shared": {"type": "boolean"},
+                                        "owner": {"type": "string"},
+                                        "audience_version": {"type": "integer"},
+                                        "participants": {"type": "array",
+                                                         "items": {"type": "string"}},
+                                        "last_seq": {"type": "integer"}}},
+        "Accepted": {"type": "object", "required": ["input_id", "position", "run_id"],
+                     "properties": {"input_id": {"type": "string"},
+                                    "position": {"type": "integer"},
+                                    "run_id": {"type": "string"}}},
+        "Event": {"type": "object",
+                  "required": ["seq", "conversation_id", "type", "actor", "at", "data"],
+                  "properties": {"seq": {"type": "integer"},
+                                 "conversation_id": {"type": "string"},
+                                 "run_id": {"type": ["string", "null"]},
+                                 "type": {"type": "string"}, "actor": {"type": "string"},
+                                 "at": {"type": "string", "format": "date-time"},
+                                 "data": {"type": "object"}}},
+        "JournalPage": {"type": "object", "required": ["events", "next"],
+                        "properties": {"events": {"type": "array", "items": _ref("Event")},
+                                       "next": {"type": "integer"}}},
+        "Run": {"type": "object",
+                "required": ["id", "conversation_id", "status", "input_position", "member"],
+                "properties": {"id": {"type": "string"},
+                               "conversation_id": {"type": "string"},
+                               "status": {"enum": ["queued", "running", "awaiting_approval",
+                                                   "completed", "failed",
+                                                   "answer_unavailable", "cancelled"]},
+                               "outcome": {"type": ["string", "null"]},
+                               "input_position": {"type": "integer"},
+                               "member": {"type": "string"},
+                               "agent_version": {"type": ["string", "null"]},
+                               "steps": {"type": "integer"},
+                               "tool_calls": {"type": "integer"}}},
+        "SettingsView": {"type": "object", "required": ["approval_mode"],
+                         "properties": {"approval_mode": {"enum": ["always_ask",
+                                                                   "ask_for_writes",
+                                                                   "never_ask"]},
+                                        "model": {"type": ["string", "null"]},
+                                        "default_model": {"type": ["string", "null"]}}},
+        "Me": {"type": "object", "required": ["member", "admin"],
+               "properties": {"member": {"type": "string"}, "admin": {"type": "boolean"}}},
+    })
+    conversation = _ref("Conversation")
+    paths: dict[str, Any] = {
+        "/kaizen/api/openapi.json": {"get": _op(
+            "This document", _ok("OpenAPI 3.1 document", {"type": "object"}),
+            op_id="getOpenAPI")},
+        "/kaizen/api/agents": {"get": _op(
+            "Agents visible to the member",
+            {**_ok("Agents", {"type": "array", "items": _ref("Agent")}), **_errors()},
+            op_id="listAgents")},
+        "/kaizen/api/agents/{agent_id}": {"get": _op(
+            "One agent", {**_ok("Agent", _ref("Agent")), **_errors(404)},
+            params=[_path_param("agent_id")], op_id="getAgent")},
+        "/kaizen/api/conversations": {
+            "get": _op("The member's conversations",
+                       {**_ok("Conversations", {"type": "array", "items": conversation}),
+                        **_errors()}, op_id="listConversations"),
+            "post": _op("Create a conversation",
+                        {**_ok("Created", conversation, "201"), **_errors(400, 404, 422)},
+                        body="CreateConversation", op_id="createConversation"),
+        },
+        "/kaizen/api/conversations/{conversation_id}": {"get": _op(
+            "One conversation", {**_ok("Conversation", conversation), **_errors(404)},
+            params=[conv_id], op_id="getConversation")},
+        "/kaizen/api/conversations/{conversation_id}/participants": {"post": _op(
+            "Add a participant (owner only); the audience version increments",
+            {**_ok("Conversation", conversation), **_errors(400, 403, 404, 409, 422)},
+            body="AddParticipant", params=[conv_id], op_id="addParticipant")},
+        "/kaizen/api/conversations/{conversation_id}/participants/{member}": {"delete": _op(
+            "Remove a participant (owner only); they lose access at once",
+            {**_ok("Conversation", conversation), **_errors(403, 404, 409)},
+            params=[conv_id, _path_param("member")], op_id="removeParticipant")},
+        "/kaizen/api/conversations/{conversation_id}/messages": {"post": _op(
+            "Accept a message into the room's queue; the same idempotency key answers the "
+            "same acceptance and writes nothing",
+            {**_ok("Accepted", _ref("Accepted"), "202"), **_errors(400, 404, 409, 413, 422)},
+            body="PostMessage", params=[conv_id], op_id="postMessage")},
+        "/kaizen/api/conversations/{conversation_id}/journal": {"get": _op(
+            "Journal events after a sequence number",
+            {**_ok("Page", _ref("JournalPage")), **_errors(400, 404)},
+            params=[conv_id, _query_int("after", "Return events with seq greater than this"),
+                    _query_int("limit", "At most this many events (1-1000, default 100)")],
+            op_id="readJournal")},
+        "/kaizen/api/runs/{run_id}": {"get": _op(
+            "One run", {**_ok("Run", _ref("Run")), **_errors(404)}, params=[run_id],
+            op_id="getRun")},
+        "/kaizen/api/members/me": {"get": _op(
+            "Who the caller is", {**_ok("Me", _ref("Me")), **_errors()}, op_id="getMe")},
+        "/kaizen/api/members/me/settings": {
+            "get": _op("The member's settings", {**_ok("Settings", _ref("SettingsView")),
+                                                 **_errors()}, op_id="getSettings"),
+            "put": _op("Change the member's settings",
+                       {**_ok("Settings", _ref("SettingsView")), **_errors(400, 422)},
+                       body="MemberSettings", op_id="putSettings"),
+        },
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Kaizen for Jupyter", "version": __version__,
+                 "description": "REST API of the Kaizen Jupyter server extension. Paths are "
+                 "relative to the Jupyter server's base_url."},
+        "servers": [{"url": "/"}],
+        "security": [{"token": []}],
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"token": {"type": "apiKey", "in": "header",
+                                          "name": "Authorization",
+                                          "description": "`token <jupyter or member token>`"}},
+        },
+    }

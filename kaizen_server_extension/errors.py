@@ -1,0 +1,51 @@
+"""Errors whose message is safe to show to the member who caused them (STYLE.md)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class MemberError(Exception):
+    """An error with a stable snake_case ``code`` and a member-safe sentence."""
+
+    status: ClassVar[int] = 400
+    default_code: ClassVar[str] = "bad_request"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code or self.default_code
+
+
+class BadRequest(MemberError):
+    status = 400
+    default_code = "bad_request"
+
+
+class NotFound(MemberError):
+    """Also what another member's resource looks like: never 403 (API.md)."""
+
+    status = 404
+    default_code = "not_found"
+
+
+class Conflict(MemberError):
+    status = 409
+    default_code = "conflict"
+
+
+class TooLarge(MemberError):
+    status = 413
+    default_code = "too_large"
+
+
+class SchemaViolation(MemberError):
+    status = 422
+    default_code = "schema_violation"
+
+
+class Forbidden(MemberError):
+    """Only for actions on a resource the member can already see (e.g. non-owner edits)."""
+
+    status = 403
+    default_code = "forbidden"

@@ -1,0 +1,109 @@
+"""Async engines for SQLite (embedded default) and PostgreSQL, and migrations at start-up."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+
+def is_sqlite(url: str) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def sqlite_url_for(path: Path) -> str:
+    return f"sqlite+aiosqlite:///{path}"
+
+
+def create_engine(url: str, *, schema: str | None = None, echo: bool = False) -> AsyncEngine:
+    """One engine per process. ``schema`` selects a PostgreSQL schema via ``search_path``."""
+    if is_sqlite(url):
+        database = make_url(url).database
+        if database and database != ":memory:":
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30})
+        _configure_sqlite(engine)
+        return engine
+    connect_args: dict[str, Any] = {}
+    if schema:
+        connect_args["server_settings"] = {"search_path": schema}
+    return create_async_engine(
+        url, echo=echo, pool_size=10, max_overflow=10, pool_pre_ping=True,
+        connect_args=connect_args,
+    )
+
+
+def _configure_sqlite(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take over transaction control from the driver so BEGIN IMMEDIATE below is honoured.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # Write transactions must not start as readers: a deferred transaction that later
+        # writes fails with SQLITE_BUSY_SNAPSHOT under WAL instead of waiting its turn.
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def alembic_config(url: str, schema: str | None = None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    if schema:
+        cfg.attributes["schema"] = schema
+    return cfg
+
+
+async def upgrade(engine: AsyncEngine, schema: str | None = None, revision: str = "head") -> None:
+    """Run migrations over the engine's own connection."""
+    url = engine.url.render_as_string(hide_password=False)
+    cfg = alembic_config(url, schema)
+
+    def _run(sync_conn: Connection) -> None:
+        cfg.attributes["connection"] = sync_conn
+        command.upgrade(cfg, revision)
+
+    async with engine.begin() as conn:
+        if schema and not is_sqlite(url):
+            await conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+        await conn.run_sync(_run)
+
+
+def run_blocking(main: Callable[[], Awaitable[None]]) -> None:
+    """Run ``main`` to completion from synchronous start-up code, on a private thread and
+    event loop (the server's loop is not running yet, and must not be borrowed)."""
+    failure: list[BaseException] = []
+
+    def _target() -> None:
+        try:
+            asyncio.run(_call(main))
+        except BaseException as exc:  # re-raised on the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=_target, name="kaizen-bootstrap")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+
+
+async def _call(main: Callable[[], Awaitable[None]]) -> None:
+    await main()

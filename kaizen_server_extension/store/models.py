@@ -1,0 +1,263 @@
+"""Tables of the durable store. Invariants live in the schema, not only in Python.
+
+Every table here is created by an Alembic migration (``store/migrations``); a test compares
+these models with the migrated schema so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+ACTIVE_RUN_STATUSES = ("running", "awaiting_approval")
+TERMINAL_RUN_STATUSES = ("completed", "failed", "answer_unavailable", "cancelled")
+RUN_STATUSES = ("queued", *ACTIVE_RUN_STATUSES, *TERMINAL_RUN_STATUSES)
+APPROVAL_MODES = ("always_ask", "ask_for_writes", "never_ask")
+
+# JSON on SQLite, JSONB on PostgreSQL.
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC on both databases (SQLite stores no offset)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime")
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {dict[str, Any]: JSONType, list[Any]: JSONType, datetime: UTCDateTime()}
+
+
+class Member(Base):
+    __tablename__ = "members"
+
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    display_name: Mapped[str] = mapped_column(String(200))
+    approval_mode: Mapped[str] = mapped_column(String(20), server_default="ask_for_writes")
+    model: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (CheckConstraint(_in("approval_mode", APPROVAL_MODES), name="approval_mode"),)
+
+
+class Agent(Base):
+    __tablename__ = "agents"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    # NULL owner: a system agent visible to every member.
+    owner: Mapped[str | None] = mapped_column(ForeignKey("members.id"))
+    current_version: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (CheckConstraint("current_version >= 1", name="current_version"),)
+
+
+class AgentVersion(Base):
+    """Immutable: a change to an agent is a new row (a trigger refuses UPDATE)."""
+
+    __tablename__ = "agent_versions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    agent_id: Mapped[str] = mapped_column(ForeignKey("agents.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    persona: Mapped[str] = mapped_column(Text)
+    tool_ceiling: Mapped[list[Any]] = mapped_column()
+    knowledge_scope: Mapped[dict[str, Any]] = mapped_column()
+    mode: Mapped[str] = mapped_column(String(10))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        UniqueConstraint("agent_id", "version", name="uq_agent_versions_agent_version"),
+        CheckConstraint("mode IN ('search', 'chat')", name="mode"),
+        CheckConstraint("version >= 1", name="version"),
+    )
+
+
+class Conversation(Base):
+    __tablename__ = "conversations"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(ForeignKey("members.id"))
+    agent_id: Mapped[str] = mapped_column(ForeignKey("agents.id"))
+    title: Mapped[str] = mapped_column(String(300))
+    shared: Mapped[bool] = mapped_column(Boolean)
+    audience_version: Mapped[int] = mapped_column(Integer, server_default="1")
+    # Per-conversation counters bumped in the same transaction as the insert they number.
+    last_seq: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    last_position: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        CheckConstraint("audience_version >= 1", name="audience_version"),
+        CheckConstraint("last_seq >= 0", name="last_seq"),
+        CheckConstraint("last_position >= 0", name="last_position"),
+        Index("ix_conversations_owner", "owner"),
+    )
+
+
+class Participant(Base):
+    __tablename__ = "participants"
+
+    conversation_id: Mapped[str] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True
+    )
+    member_id: Mapped[str] = mapped_column(ForeignKey("members.id"), primary_key=True)
+    added_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (Index("ix_participants_member", "member_id"),)
+
+
+class JournalEvent(Base):
+    """Append-only; ``seq`` is unique and strictly increasing per conversation."""
+
+    __tablename__ = "journal"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"),
+                                    primary_key=True, autoincrement=True)
+    conversation_id: Mapped[str] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE")
+    )
+    seq: Mapped[int] = mapped_column(BigInteger)
+    run_id: Mapped[str | None] = mapped_column(String(64))
+    type: Mapped[str] = mapped_column(String(64))
+    actor: Mapped[str] = mapped_column(String(200))
+    at: Mapped[datetime] = mapped_column(UTCDateTime())
+    data: Mapped[dict[str, Any]] = mapped_column()
+
+    __table_args__ = (
+        UniqueConstraint("conversation_id", "seq", name="uq_journal_conversation_seq"),
+        CheckConstraint("seq >= 1", name="seq"),
+    )
+
+
+class AcceptedInput(Base):
+    __tablename__ = "accepted_inputs"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    conversation_id: Mapped[str] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE")
+    )
+    position: Mapped[int] = mapped_column(BigInteger)
+    kind: Mapped[str] = mapped_column(String(16))
+    member: Mapped[str] = mapped_column(ForeignKey("members.id"))
+    text: Mapped[str] = mapped_column(Text)
+    text_digest: Mapped[str] = mapped_column(String(64))
+    idempotency_key: Mapped[str | None] = mapped_column(String(200))
+    # The steering member's server-resolved model, fixed at acceptance.
+    model: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        UniqueConstraint("conversation_id", "position", name="uq_inputs_conversation_position"),
+        UniqueConstraint("conversation_id", "idempotency_key", name="uq_inputs_idempotency"),
+        CheckConstraint("kind IN ('message', 'steering')", name="kind"),
+        CheckConstraint("position >= 1", name="position"),
+    )
+
+
+class Run(Base):
+    __tablename__ = "runs"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    conversation_id: Mapped[str] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE")
+    )
+    input_id: Mapped[str] = mapped_column(ForeignKey("accepted_inputs.id"), unique=True)
+    # The authority bundle, fixed at admission (R-006).
+    input_position: Mapped[int] = mapped_column(BigInteger)
+    member: Mapped[str] = mapped_column(ForeignKey("members.id"))
+    agent_version_id: Mapped[str | None] = mapped_column(ForeignKey("agent_versions.id"))
+    audience_version: Mapped[int | None] = mapped_column(Integer)
+    resource_digest: Mapped[str | None] = mapped_column(String(64))
+    catalog_digest: Mapped[str | None] = mapped_column(String(64))
+    model: Mapped[str | None] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(24), server_default="queued")
+    reason: Mapped[str | None] = mapped_column(String(200))
+    # Lease and fence: whoever recovers a stale run bumps the fence (DESIGN.md).
+    fence: Mapped[int] = mapped_column(Integer, server_default="0")
+    lease_owner: Mapped[str | None] = mapped_column(String(200))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    steps: Mapped[int] = mapped_column(Integer, server_default="0")
+    tool_calls: Mapped[int] = mapped_column(Integer, server_default="0")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    settled_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        CheckConstraint(_in("status", RUN_STATUSES), name="status"),
+        # A terminal run has a settlement time and a non-terminal one has none.
+        CheckConstraint(
+            f"({_in('status', TERMINAL_RUN_STATUSES)}) = (settled_at IS NOT NULL)",
+            name="settled",
+        ),
+        # At most one active run per room, enforced by the database (R-024).
+        Index(
+            "uq_runs_one_active_per_conversation",
+            "conversation_id",
+            unique=True,
+            sqlite_where=text(_in("status", ACTIVE_RUN_STATUSES)),
+            postgresql_where=text(_in("status", ACTIVE_RUN_STATUSES)),
+        ),
+        Index("ix_runs_conversation_status", "conversation_id", "status", "input_position"),
+    )
+
+
+class AuditEvent(Base):
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"),
+                                    primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime())
+    actor: Mapped[str] = mapped_column(String(200))
+    action: Mapped[str] = mapped_column(String(64))
+    conversation_id: Mapped[str | None] = mapped_column(String(64))
+    run_id: Mapped[str | None] = mapped_column(String(64))
+    data: Mapped[dict[str, Any]] = mapped_column()
+
+    __table_args__ = (Index("ix_audit_events_conversation", "conversation_id"),)
