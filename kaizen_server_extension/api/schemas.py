@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, StringConstraints
 
 MemberName = Annotated[str, StringConstraints(min_length=1, max_length=200,
                                               pattern=r"^[^\s/][^/]*$")]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from pathlib import Path
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from alembic import command

@@ -87,6 +87,9 @@ class ToolDescriptor:
     surface: str = "general"
     first_party: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # Offered only to an agent whose tool list names it explicitly (run_code, R-136): an agent
+    # without a tool list does not get it by default.
+    explicit_grant_only: bool = False
 
     @property
     def effective_timeout_s(self) -> float:
