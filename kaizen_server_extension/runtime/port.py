@@ -36,12 +36,12 @@ class AuthorityBundle:
         """Names of the fields where ``other`` differs: any one means rejection."""
         return [
             name
-            for name in self.__slots__  # type: ignore[attr-defined]
+            for name in self.__slots__
             if getattr(self, name) != getattr(other, name)
         ]
 
 
-class Capability(str, enum.Enum):
+class Capability(enum.StrEnum):
     READ = "read"
     WRITE = "write"
     SENSITIVE = "sensitive"
@@ -49,7 +49,7 @@ class Capability(str, enum.Enum):
     UNDECLARED = "undeclared"
 
 
-class ToolOutcome(str, enum.Enum):
+class ToolOutcome(enum.StrEnum):
     """Exactly one per invocation (API.md ``tool.settled``)."""
 
     OK = "ok"
@@ -60,7 +60,7 @@ class ToolOutcome(str, enum.Enum):
     SUPPRESSED = "suppressed"
 
 
-class FailureDomain(str, enum.Enum):
+class FailureDomain(enum.StrEnum):
     """Whose failure it was (spec: Whose failure it was)."""
 
     NONE = "none"
@@ -254,7 +254,7 @@ class TraceEvent:
 # --- The terminal ---------------------------------------------------------------------
 
 
-class TerminalStatus(str, enum.Enum):
+class TerminalStatus(enum.StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     ANSWER_UNAVAILABLE = "answer_unavailable"

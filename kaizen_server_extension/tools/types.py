@@ -17,7 +17,7 @@ DEFAULT_TIMEOUT_S = 30.0
 MAX_TIMEOUT_S = 240.0
 
 
-class RoomClass(str, enum.Enum):
+class RoomClass(enum.StrEnum):
     """Shared-room admission class (spec: Shared-room admission classes)."""
 
     # Exact room resources and audience-intersection reads: may enter a shared room.
@@ -32,7 +32,7 @@ class RoomClass(str, enum.Enum):
     UNKNOWN = "unknown"
 
 
-class WriteCategory(str, enum.Enum):
+class WriteCategory(enum.StrEnum):
     """How a write is guarded (spec: Write tools and side effects)."""
 
     NONE = "none"  # reads

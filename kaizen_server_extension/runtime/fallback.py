@@ -1,0 +1,64 @@
+"""Member-facing fallback text for a turn that ends without a committed answer (pure).
+
+The one subtle rule (spec: Budgets and the synthesis grant, R-049, R-050): ask the member to
+check the activity before retrying only when a call could have changed something — a write or
+sensitive tool, a tool that declared no capability, a delegation to another agent (whose own
+tools the parent run cannot see), or any call that failed (a failed delegation reports nothing
+of what its agent did). A run whose calls were all read-only, all completed and none delegated
+drops the suggestion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from kaizen_server_extension.runtime.port import Capability, ToolCallResult
+
+_EFFECTFUL = frozenset({Capability.WRITE, Capability.SENSITIVE, Capability.UNDECLARED})
+
+CHECK_ACTIVITY = (
+    "Some of the actions taken may have changed something, so please check the activity "
+    "before trying again."
+)
+
+_MESSAGES: dict[str, str] = {
+    "answer_unavailable": "I couldn't produce an answer to this request with the tools I have.",
+    "empty_response": (
+        "I gathered information for this request but couldn't write an answer from it."
+    ),
+    "non_delivery": (
+        "The tools ran, but no answer was produced, so this request was not completed."
+    ),
+    "correction_exhausted": "I couldn't produce an acceptable answer to this request.",
+    "tool_discovery_exhausted": (
+        "I searched for a suitable tool four times without being able to use one, so I stopped "
+        "here. The capability this request needs may not be available to this agent."
+    ),
+    "required_tool_not_called": (
+        "This request required a specific tool, and I didn't manage to call it, so the request "
+        "was not completed."
+    ),
+    "inactivity_budget_exhausted": "This turn stopped because it went quiet for too long.",
+    "authority_rejected": "This turn was stopped because its authorization no longer holds.",
+}
+_DEFAULT = "Something went wrong and this turn ended without an answer."
+
+
+def suggests_activity_check(results: Iterable[ToolCallResult]) -> bool:
+    """True when any call could have changed something (R-049); False for all-read,
+    all-completed, non-delegating runs and for runs that called nothing (R-050)."""
+    return any(
+        result.may_have_effect
+        or result.delegated
+        or result.failed
+        or result.capability in _EFFECTFUL
+        for result in results
+    )
+
+
+def fallback_message(reason: str, results: Iterable[ToolCallResult]) -> str:
+    """The sentence(s) a member sees for a turn that settled without an answer."""
+    text = _MESSAGES.get(reason, _DEFAULT)
+    if suggests_activity_check(results):
+        text = f"{text} {CHECK_ACTIVITY}"
+    return text
