@@ -31,6 +31,12 @@ class KaizenHandler(APIHandler):  # type: ignore[misc]
         ctx: KaizenContext = self.settings["kaizen"]
         return ctx
 
+    def check_xsrf_cookie(self) -> None:
+        # Say "who are you" before "where is your XSRF token": an anonymous write is a 401.
+        if hasattr(self, "_jupyter_current_user") and self._jupyter_current_user is None:
+            raise web.HTTPError(401)
+        super().check_xsrf_cookie()
+
     async def prepare(self) -> None:
         await super().prepare()
         user = self.current_user

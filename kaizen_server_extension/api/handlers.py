@@ -70,7 +70,7 @@ class ParticipantHandler(KaizenHandler):
     @web.authenticated
     async def delete(self, conversation_id: str, member: str) -> None:
         conversation = await self.kaizen.store.conversations.remove_participant(
-            conversation_id, self.member, web.url_unescape(member)
+            conversation_id, self.member, member
         )
         self.write_json(conversation.public())
 

@@ -1,0 +1,100 @@
+"""Shared fixtures: every database test runs on SQLite and, when configured, PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from kaizen_server_extension.store import Store, create_engine, upgrade
+from kaizen_server_extension.store.engine import is_sqlite, sqlite_url_for
+from tests.support.server import ServerProcess, start_server
+
+POSTGRES_URL = os.environ.get("KAIZEN_TEST_DATABASE_URL", "")
+BACKENDS = ["sqlite", "postgresql"] if POSTGRES_URL else ["sqlite"]
+RULES_FILE = Path(__file__).resolve().parents[2] / "shared" / "spec" / "RULES.md"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("CI") == "true" and not POSTGRES_URL:
+        raise pytest.UsageError("CI must set KAIZEN_TEST_DATABASE_URL: PostgreSQL tests "
+                                "may not be skipped")
+
+
+def new_schema() -> str:
+    return "kz_" + uuid.uuid4().hex[:12]
+
+
+async def drop_schema(schema: str) -> None:
+    engine = create_engine(POSTGRES_URL)
+    try:
+        async with engine.begin() as conn:
+            await conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def store(backend: str, tmp_path: Path) -> AsyncIterator[Store]:
+    """A freshly migrated store on each backend."""
+    schema = None
+    if backend == "sqlite":
+        url = sqlite_url_for(tmp_path / "kaizen.db")
+    else:
+        url, schema = POSTGRES_URL, new_schema()
+    engine = create_engine(url, schema=schema)
+    await upgrade(engine, schema)
+    store = Store(engine)
+    try:
+        yield store
+    finally:
+        await store.dispose()
+        if schema:
+            await drop_schema(schema)
+
+
+def _database_for(backend: str, root: Path) -> tuple[str, str | None]:
+    if backend == "sqlite":
+        return sqlite_url_for(root / "kaizen.db"), None
+    return POSTGRES_URL, new_schema()
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def server(request: pytest.FixtureRequest,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One real Jupyter server per backend for the whole session."""
+    root = tmp_path_factory.mktemp(f"server-{request.param}")
+    url, schema = _database_for(str(request.param), root)
+    proc = start_server(root, url, schema)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        if schema:
+            import asyncio
+
+            asyncio.run(drop_schema(schema))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every rule a test cites must exist in RULES.md."""
+    if not RULES_FILE.exists():
+        return
+    known = set(re.findall(r"^(R-\d{3})\b", RULES_FILE.read_text(), flags=re.M))
+    for item in items:
+        for marker in item.iter_markers("rule"):
+            unknown = [r for r in marker.args if r not in known]
+            if unknown:
+                raise pytest.UsageError(f"{item.nodeid} cites unknown rules {unknown}")
+
+
+__all__ = ["is_sqlite"]

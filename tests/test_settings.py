@@ -1,0 +1,118 @@
+"""Spec settings: names, defaults and bounds; an out-of-bounds value stops start-up."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kaizen_server_extension.settings import (
+    MAX_CORRECTION_PATTERN_CHARS,
+    MAX_CORRECTION_RULES,
+    RuntimeSettings,
+    SettingsError,
+)
+from kaizen_server_extension.store.engine import sqlite_url_for
+from tests.support.server import start_server
+
+
+def test_defaults_follow_the_spec() -> None:
+    settings = RuntimeSettings.from_environ({})
+    assert settings.AGENT_LOOP_MAX_CYCLES == 10
+    assert settings.AGENT_LOOP_BUDGET_MS == 120_000
+    assert settings.AGENT_LOOP_MAX_PARALLEL_TOOLS == 1
+    assert settings.LLM_PER_USER_DAILY_TOKENS == 0
+    assert settings.SANDBOX_MAX_WALL_SECONDS == 30
+    assert settings.SANDBOX_MAX_OUTPUT_BYTES == 1024 * 1024
+    assert settings.AGENT_STREAM_CORRECTION_MAX_ATTEMPTS == 1
+    assert settings.AGENT_STREAM_CORRECTION_RULES == ()
+    assert settings.AGENT_TOOL_DISCOVERY_ENABLED is False
+
+
+@pytest.mark.rule("R-017")
+@pytest.mark.parametrize("value, ok", [("0", True), ("3", True), ("4", False), ("-1", False)])
+def test_correction_attempts_are_capped_at_three(value: str, ok: bool) -> None:
+    environ = {"AGENT_STREAM_CORRECTION_MAX_ATTEMPTS": value}
+    if ok:
+        assert RuntimeSettings.from_environ(environ).AGENT_STREAM_CORRECTION_MAX_ATTEMPTS == int(
+            value)
+    else:
+        with pytest.raises(SettingsError, match="AGENT_STREAM_CORRECTION_MAX_ATTEMPTS"):
+            RuntimeSettings.from_environ(environ)
+
+
+@pytest.mark.rule("R-018")
+@pytest.mark.parametrize("rules", [
+    [{"id": "r", "pattern": "x" * (MAX_CORRECTION_PATTERN_CHARS + 1), "reminder": "no"}],
+    [{"id": f"r{i}", "pattern": "p", "reminder": "r"} for i in range(MAX_CORRECTION_RULES + 1)],
+    [{"id": "has space", "pattern": "p", "reminder": "r"}],
+    [{"id": "r", "pattern": "", "reminder": "r"}],
+    [{"id": "r", "pattern": "p", "reminder": "r", "regex": True}],
+    [{"id": "r", "pattern": "p", "reminder": "r"}, {"id": "r", "pattern": "q", "reminder": "s"}],
+])
+def test_out_of_bounds_correction_rules_are_rejected(rules: list[dict[str, object]]) -> None:
+    with pytest.raises(SettingsError, match="AGENT_STREAM_CORRECTION_RULES"):
+        RuntimeSettings.from_environ({"AGENT_STREAM_CORRECTION_RULES": json.dumps(rules)})
+
+
+def test_correction_rules_must_be_json() -> None:
+    with pytest.raises(SettingsError, match="AGENT_STREAM_CORRECTION_RULES"):
+        RuntimeSettings.from_environ({"AGENT_STREAM_CORRECTION_RULES": "[{"})
+
+
+def test_valid_correction_rules_reach_the_run_manifest_types() -> None:
+    raw = [{"id": "no-apology", "pattern": "As an AI", "reminder": "Answer directly."}]
+    settings = RuntimeSettings.from_environ({"AGENT_STREAM_CORRECTION_RULES": json.dumps(raw)})
+    (rule,) = settings.correction_rules()
+    assert (rule.id, rule.pattern, rule.reminder) == ("no-apology", "As an AI",
+                                                       "Answer directly.")
+
+
+@pytest.mark.parametrize("name, value", [
+    ("AGENT_LOOP_MAX_CYCLES", "0"),
+    ("AGENT_LOOP_MAX_PARALLEL_TOOLS", "many"),
+    ("LLM_PER_USER_DAILY_TOKENS", "-5"),
+    ("SANDBOX_MAX_WALL_SECONDS", "241"),
+])
+def test_out_of_bounds_values_name_the_setting(name: str, value: str) -> None:
+    with pytest.raises(SettingsError, match=name):
+        RuntimeSettings.from_environ({name: value})
+
+
+def test_server_refuses_to_start_with_an_out_of_bounds_setting(tmp_path: Path) -> None:
+    server = start_server(tmp_path, sqlite_url_for(tmp_path / "k.db"),
+                          extra_env={"AGENT_LOOP_MAX_CYCLES": "100000"}, wait=False)
+    try:
+        code = server.process.wait(60)
+    finally:
+        server.stop()
+    assert code != 0
+    assert "AGENT_LOOP_MAX_CYCLES" in server.log()
+
+
+def test_extension_is_listed_by_jupyter() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "jupyter_server.extension.serverextension", "list"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    listing = result.stdout + result.stderr
+    assert "kaizen_server_extension" in listing and "enabled" in listing
+
+
+def test_migrations_run_from_the_command_line(tmp_path: Path) -> None:
+    database = tmp_path / "cli.db"
+    result = subprocess.run(
+        [sys.executable, "-m", "kaizen_server_extension.store.cli", "upgrade",
+         "--url", sqlite_url_for(database)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    import sqlite3
+
+    with sqlite3.connect(database) as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"members", "agents", "agent_versions", "conversations", "participants", "journal",
+            "accepted_inputs", "runs", "audit_events", "alembic_version"} <= tables
