@@ -1,0 +1,114 @@
+"""The ``@tool(...)`` decorator: one declaration, next to the implementation, of everything the
+trusted side needs to know about a tool (capability, bounds, room class, write category).
+
+The declaration is the trusted wrapper's, never the model's: nothing a call passes can change it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pydantic
+
+from kaizen_server_extension.runtime.port import Capability
+from kaizen_server_extension.tools.types import (
+    DEFAULT_TIMEOUT_S,
+    RegisteredTool,
+    RoomClass,
+    ToolDescriptor,
+    ToolImpl,
+    WriteCategory,
+)
+
+# What OpenAI-compatible providers accept as a function name; anything else fails the whole
+# provider request, so it is refused at declaration rather than at the first turn.
+TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class ToolDeclarationError(ValueError):
+    """A ``@tool`` declaration that cannot be a tool (a programming error, raised at import)."""
+
+
+def tool(
+    *,
+    name: str | None = None,
+    capability: Capability | str = Capability.UNDECLARED,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    room_class: RoomClass | str = RoomClass.UNKNOWN,
+    write_category: WriteCategory | str = WriteCategory.NONE,
+    repeat_creates_object: bool = False,
+    protocol_group: str | None = None,
+    surface: str = "general",
+    explicit_grant_only: bool = False,
+    input_schema: Mapping[str, Any] | None = None,
+    description: str | None = None,
+) -> Callable[[ToolImpl], RegisteredTool]:
+    """Declare an async tool implementation ``async def f(ctx, **arguments)``.
+
+    The input schema is ``input_schema`` when given, else derived from the pydantic-annotated
+    parameters after ``ctx``; the description is ``description`` or the docstring. The pipeline
+    calls ``impl(ctx, **arguments)`` with the arguments already validated against the schema.
+    """
+
+    def decorate(fn: ToolImpl) -> RegisteredTool:
+        tool_name = name or fn.__name__
+        if not TOOL_NAME_RE.fullmatch(tool_name):
+            raise ToolDeclarationError(f"tool name {tool_name!r} must match {TOOL_NAME_RE.pattern}")
+        if not inspect.iscoroutinefunction(fn):
+            raise ToolDeclarationError(f"tool {tool_name!r} must be an async function")
+        if timeout_s <= 0:
+            raise ToolDeclarationError(f"tool {tool_name!r}: timeout_s must be positive")
+        text = description if description is not None else inspect.getdoc(fn)
+        if not text:
+            raise ToolDeclarationError(f"tool {tool_name!r} needs a docstring or description=")
+        schema = dict(input_schema) if input_schema is not None else schema_from_signature(fn)
+        try:
+            descriptor = ToolDescriptor(
+                name=tool_name,
+                description=text,
+                input_schema=schema,
+                capability=Capability(capability),
+                timeout_s=float(timeout_s),
+                repeat_creates_object=repeat_creates_object,
+                room_class=RoomClass(room_class),
+                write_category=WriteCategory(write_category),
+                protocol_group=protocol_group,
+                surface=surface,
+                explicit_grant_only=explicit_grant_only,
+            )
+        except ValueError as exc:  # an unknown enum value: say which tool declared it
+            raise ToolDeclarationError(f"tool {tool_name!r}: {exc}") from exc
+        return RegisteredTool(descriptor=descriptor, impl=fn)
+
+    return decorate
+
+
+def schema_from_signature(fn: Callable[..., Any]) -> dict[str, Any]:
+    """A JSON Schema (Draft 2020-12, as pydantic emits it) for the parameters after ``ctx``.
+
+    ``extra="forbid"`` makes the schema closed, so a model inventing an argument is told so
+    instead of the argument being silently dropped.
+    """
+    hints = typing.get_type_hints(fn, include_extras=True)
+    params = list(inspect.signature(fn).parameters.values())[1:]  # the first is the context
+    fields: dict[str, Any] = {}
+    for param in params:
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
+            raise ToolDeclarationError(
+                f"{fn.__name__}: parameter {param.name!r} must be a plain keyword parameter"
+            )
+        annotation = hints.get(param.name, Any)
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (annotation, default)
+    model = pydantic.create_model(
+        f"{fn.__name__}_arguments",
+        __config__=pydantic.ConfigDict(extra="forbid"),
+        **fields,
+    )
+    schema: dict[str, Any] = model.model_json_schema()
+    schema.pop("title", None)
+    return schema

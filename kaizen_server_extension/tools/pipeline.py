@@ -1,0 +1,572 @@
+"""The guarded pipeline one tool call passes through on the trusted side of ``call_tool``.
+
+Order (spec: What happens on a tool call; R-223), every step on every call:
+
+1. authority bundle re-check (``AuthorityRejected`` propagates: nothing is settled);
+2. the member's permissions, re-resolved now (R-204);
+3. the agent's capability ceiling: the frozen catalog's names (R-001, R-098);
+4. shared-room admission re-check for actor-private / undeclared tools (R-218);
+5. argument validation against the live schema (R-336);
+6. the turn ledger: cut-off tool, identical failed input, duplicate write (R-270..R-290);
+7. guardrail chain and approval mode; a call needing a decision is persisted before any wait
+   and reported as :class:`ApprovalPending`; an approved receipt is consumed once (R-224,
+   R-240..R-242);
+8. execution as the member, bounded by the declared timeout (capped at 240 s) and cancelled
+   with the turn (R-291..R-294);
+9. outcome classification (the body is read, not only the envelope: R-274) and a bounded,
+   redacted, member-safe projection (R-229, R-344). The raw result goes to audit only.
+
+A genuine policy or authorization block settles as an error that closes the turn; everything
+the model can repair (bad arguments, a refused repeat, a failed read) settles as an error the
+turn survives (R-256, R-289). A write, sensitive or undeclared tool that raises or times out is
+an ambiguous write and closes the turn (R-261, R-441).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kaizen_server_extension.policy.approvals import (
+    ApprovalMode,
+    ApprovalStatus,
+    arguments_digest,
+    decide,
+)
+from kaizen_server_extension.policy.ceilings import CapabilityCeiling
+from kaizen_server_extension.policy.errors import ApprovalPending, PolicyDenied
+from kaizen_server_extension.policy.guardrails import (
+    Deny,
+    GuardrailCall,
+    GuardrailChain,
+    NeedsApproval,
+)
+from kaizen_server_extension.policy.ports import (
+    ApprovalModeResolver,
+    ApprovalStore,
+    ArgumentValidator,
+    AuditSink,
+    AuthorityCheck,
+    PermissionResolver,
+    RosterCheck,
+    ToolExecutor,
+)
+from kaizen_server_extension.policy.redaction import redact, redact_text
+from kaizen_server_extension.runtime.port import (
+    AuthorityBundle,
+    AuthorityRejected,
+    Capability,
+    FailureDomain,
+    RunCancelled,
+    ToolCallRequest,
+    ToolCallResult,
+    ToolOutcome,
+)
+from kaizen_server_extension.tools.ledger import TurnLedger
+from kaizen_server_extension.tools.metrics import (
+    UNKNOWN_TOOL_LABEL,
+    ToolMetrics,
+    default_metrics,
+    log_failed_result,
+)
+from kaizen_server_extension.tools.outcomes import advice_for, failure_details
+from kaizen_server_extension.tools.schema import validate_arguments
+from kaizen_server_extension.tools.types import (
+    MemberSafeError,
+    RegisteredTool,
+    RoomClass,
+    ToolDescriptor,
+    WriteCategory,
+)
+
+log = logging.getLogger("kaizen.tools.pipeline")
+
+DEFAULT_PROJECTION_LIMIT = 16_000
+# How long a cancelled tool gets to unwind before the pipeline stops waiting for it.
+CANCEL_GRACE_S = 1.0
+_MAX_MESSAGE_CHARS = 500
+# Tools that must re-check the roster at the callback: actor-private ones, and anything that
+# declared no class (which may not be in a shared room at all).
+_PRIVATE_ROOM_CLASSES = frozenset({RoomClass.ACTOR_PRIVATE_READ, RoomClass.UNKNOWN})
+
+
+@dataclass(frozen=True, slots=True)
+class _Settled:
+    """A result plus what the bookkeeping after it needs to know."""
+
+    result: ToolCallResult
+    raw: object = None
+    reason_code: str | None = None
+    exit_status: int | None = None
+    # Whether the ledger remembers it (validated or executed calls, not refusals/denials).
+    remember: bool = False
+    # A tool that raised is recorded as its outcome, not written to the failed-result log.
+    log_failure: bool = True
+
+
+def _may_have_effect(descriptor: ToolDescriptor) -> bool:
+    return (descriptor.capability is not Capability.READ
+            or descriptor.write_category is not WriteCategory.NONE)
+
+
+def _has_substance(body: object) -> bool:
+    """Whether a successful body gives the synthesis step something to use."""
+    if body is None:
+        return False
+    if isinstance(body, str | bytes | bytearray | Mapping | list | tuple):
+        return len(body) > 0 and not (isinstance(body, str) and not body.strip())
+    return True
+
+
+def _bounded_message(exc: BaseException) -> str:
+    text = redact_text(str(exc)) or type(exc).__name__
+    return text if len(text) <= _MAX_MESSAGE_CHARS else text[:_MAX_MESSAGE_CHARS] + "…"
+
+
+class ToolPipeline:
+    """Runs one tool call at a time for one run; create one per admitted run."""
+
+    def __init__(
+        self,
+        *,
+        tools: Mapping[str, RegisteredTool],
+        ceiling: CapabilityCeiling | Iterable[str],
+        authority: AuthorityCheck,
+        permissions: PermissionResolver,
+        approval_modes: ApprovalModeResolver,
+        approvals: ApprovalStore | None,
+        executor: ToolExecutor,
+        roster_is_only_initiator: RosterCheck,
+        audit: AuditSink,
+        validator: ArgumentValidator = validate_arguments,
+        guardrails: GuardrailChain | None = None,
+        ledger: TurnLedger | None = None,
+        metrics: ToolMetrics | None = None,
+        projection_limit: int = DEFAULT_PROJECTION_LIMIT,
+        cancelled: asyncio.Event | None = None,
+    ) -> None:
+        if projection_limit < 1:
+            raise ValueError("projection_limit must be positive")
+        self._tools = tools
+        self._ceiling = (ceiling if isinstance(ceiling, CapabilityCeiling)
+                         else CapabilityCeiling.of(ceiling))
+        self._authority = authority
+        self._permissions = permissions
+        self._modes = approval_modes
+        self._approvals = approvals
+        self._validator = validator
+        self._executor = executor
+        self._roster_is_only_initiator = roster_is_only_initiator
+        self._audit = audit
+        self._guardrails = guardrails if guardrails is not None else GuardrailChain()
+        self.ledger = ledger if ledger is not None else TurnLedger()
+        self._metrics = metrics if metrics is not None else default_metrics()
+        self._projection_limit = projection_limit
+        self._cancelled = cancelled
+
+    # --- entry point -----------------------------------------------------------------------
+
+    async def run(self, bundle: AuthorityBundle, request: ToolCallRequest) -> ToolCallResult:
+        """Settle one call, or raise ``AuthorityRejected`` / ``RunCancelled`` /
+        :class:`ApprovalPending` (none of which is a settled result)."""
+        try:
+            if self._cancelled is not None and self._cancelled.is_set():
+                raise RunCancelled()
+            await self._authority.verify(bundle)
+            settled = await self._decide_and_execute(bundle, request)
+            return await self._finish(bundle, request, settled)
+        except asyncio.CancelledError as exc:
+            # The turn is over (member stop or inactivity budget): never settled (R-262).
+            raise RunCancelled() from exc
+
+    async def _decide_and_execute(
+        self, bundle: AuthorityBundle, request: ToolCallRequest
+    ) -> _Settled:
+        known = self._tools.get(request.name)
+        try:
+            registered = await self._admit(bundle, request.name, known)
+        except PolicyDenied as denied:
+            return self._denied(request, denied, known.descriptor if known else None)
+        descriptor = registered.descriptor
+
+        arguments, invalid = self._validate(descriptor, request)
+        if invalid is not None:
+            return invalid
+
+        decision = self.ledger.check(descriptor, request)
+        if decision is not None:
+            suppressed = decision.outcome is ToolOutcome.SUPPRESSED
+            return _Settled(
+                ToolCallResult(
+                    call_id=request.call_id, name=request.name, outcome=decision.outcome,
+                    content=decision.content, capability=descriptor.capability,
+                    failure_domain=FailureDomain.NONE if suppressed else FailureDomain.CALLER,
+                    evidence=suppressed,
+                ),
+                reason_code=decision.reason_code,
+            )
+
+        try:
+            declined = await self._gate(bundle, request, descriptor, arguments)
+        except PolicyDenied as denied:
+            return self._denied(request, denied, descriptor)
+        if declined is not None:
+            return declined
+        return await self._execute(bundle, request, registered, arguments)
+
+    # --- steps 2-4: permissions, ceiling, room ---------------------------------------------
+
+    async def _admit(
+        self, bundle: AuthorityBundle, name: str, registered: RegisteredTool | None
+    ) -> RegisteredTool:
+        try:
+            allowed = await self._permissions.allowed(bundle.member, name)
+        except Exception:
+            log.exception("permission resolution failed; denying %s", name)
+            allowed = False
+        if not allowed:
+            raise PolicyDenied("permission_denied",
+                               "You do not currently have permission to use that tool.")
+        self._ceiling.check(name)
+        if registered is None:
+            # In the frozen catalog but no longer registered: fail closed like the ceiling.
+            raise PolicyDenied("over_ceiling",
+                               "That tool is not available to this agent in this conversation.")
+        descriptor = registered.descriptor
+        if descriptor.room_class in _PRIVATE_ROOM_CLASSES:
+            try:
+                private = await self._roster_is_only_initiator(bundle)
+            except Exception:
+                log.exception("roster check failed; denying %s", name)
+                private = False
+            if not private:
+                raise PolicyDenied(
+                    "room_admission",
+                    "That tool is private to the member who started this turn and this "
+                    "conversation is shared, so it was not run.",
+                )
+        return registered
+
+    # --- step 5: arguments -----------------------------------------------------------------
+
+    def _validate(
+        self, descriptor: ToolDescriptor, request: ToolCallRequest
+    ) -> tuple[Mapping[str, Any], _Settled | None]:
+        try:
+            arguments = self._validator(descriptor, request.arguments)
+            if not isinstance(arguments, Mapping):
+                raise TypeError("arguments must be a JSON object")
+            return arguments, None
+        except MemberSafeError as exc:
+            # The schema module's message already names the tool and the failing paths.
+            message = _bounded_message(exc)
+        except Exception as exc:
+            message = f"The arguments for {descriptor.name} are not valid: {_bounded_message(exc)}"
+        content = f"{message}. Fix the arguments and call the tool again."
+        # The model's mistake, not the tool's: it never counts towards the tool's health.
+        return {}, _Settled(
+            ToolCallResult(call_id=request.call_id, name=request.name,
+                           outcome=ToolOutcome.ERROR, content=content,
+                           capability=descriptor.capability,
+                           failure_domain=FailureDomain.CALLER),
+            reason_code="invalid_arguments", remember=True,
+        )
+
+    # --- step 7: guardrails and approvals --------------------------------------------------
+
+    async def _gate(
+        self,
+        bundle: AuthorityBundle,
+        request: ToolCallRequest,
+        descriptor: ToolDescriptor,
+        arguments: Mapping[str, Any],
+    ) -> _Settled | None:
+        """Raise PolicyDenied/ApprovalPending, return a declined result, or None to execute."""
+        try:
+            mode = await self._modes.mode_for(bundle.member)
+        except Exception:
+            log.exception("approval mode resolution failed; asking for everything")
+            mode = ApprovalMode.ALWAYS_ASK
+        verdict = await self._guardrails.evaluate(
+            GuardrailCall(bundle, request, descriptor, arguments, mode))
+        if isinstance(verdict, Deny):
+            raise PolicyDenied(verdict.code, verdict.reason)
+        # An operator guardrail's demand for approval holds under every member mode.
+        if not (decide(mode, descriptor).needs_approval or isinstance(verdict, NeedsApproval)):
+            return None
+        return await self._approval(bundle, request, descriptor, arguments)
+
+    async def _approval(
+        self,
+        bundle: AuthorityBundle,
+        request: ToolCallRequest,
+        descriptor: ToolDescriptor,
+        arguments: Mapping[str, Any],
+    ) -> _Settled | None:
+        store = self._approvals
+        if store is None:
+            raise PolicyDenied("approval_unavailable",
+                               "This action needs the member's approval and approvals are "
+                               "unavailable, so it was not run.")
+        digest = arguments_digest(request.name, request.arguments)
+        try:
+            receipt = await store.find_receipt(bundle.run_id, digest)
+            if receipt is None or receipt.status is ApprovalStatus.CONSUMED:
+                approval_id = await store.request(
+                    bundle.run_id, bundle, request.name, digest, redact(arguments))
+                raise ApprovalPending(approval_id, call_id=request.call_id, tool=request.name)
+            if receipt.status is ApprovalStatus.PENDING:
+                raise PolicyDenied("approval_pending",
+                                   "This action is still waiting for the member's decision, "
+                                   "so it was not run.")
+            if receipt.status is ApprovalStatus.DENIED:
+                return _Settled(
+                    ToolCallResult(call_id=request.call_id, name=request.name,
+                                   outcome=ToolOutcome.ERROR,
+                                   content=f"The member declined this {request.name} call; it "
+                                           "was not run. Do not ask again in this turn.",
+                                   capability=descriptor.capability,
+                                   failure_domain=FailureDomain.CALLER),
+                    reason_code="approval_declined",
+                )
+            if not await store.consume_receipt(bundle.run_id, receipt.approval_id):
+                raise PolicyDenied("approval_replayed",
+                                   "That approval was already used, so the call was not run.")
+        except (ApprovalPending, PolicyDenied):
+            raise
+        except Exception:
+            log.exception("approval store failed; denying %s", request.name)
+            raise PolicyDenied("approval_unavailable",
+                               "This action needs the member's approval and approvals are "
+                               "unavailable, so it was not run.") from None
+        return None
+
+    # --- step 8: execution -----------------------------------------------------------------
+
+    async def _execute(
+        self,
+        bundle: AuthorityBundle,
+        request: ToolCallRequest,
+        registered: RegisteredTool,
+        arguments: Mapping[str, Any],
+    ) -> _Settled:
+        descriptor = registered.descriptor
+        timeout = descriptor.effective_timeout_s
+        task: asyncio.Future[object] = asyncio.ensure_future(
+            self._executor(registered, bundle, arguments))
+        waiters: set[asyncio.Future[Any]] = {task}
+        stop = asyncio.ensure_future(self._cancelled.wait()) if self._cancelled else None
+        if stop is not None:
+            waiters.add(stop)
+        try:
+            done, _ = await asyncio.wait(waiters, timeout=timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            await self._abandon(bundle, request, descriptor, task)
+            raise
+        finally:
+            if stop is not None:
+                stop.cancel()
+        if task not in done:
+            if stop is not None and stop in done:
+                await self._abandon(bundle, request, descriptor, task)
+                raise RunCancelled()
+            await self._stop(task)
+            return self._timed_out(request, descriptor, timeout)
+        try:
+            body = task.result()
+        except (RunCancelled, AuthorityRejected):
+            raise
+        except MemberSafeError as exc:
+            # An anticipated failure: the tool vouches that nothing was committed.
+            domain = (FailureDomain.CALLER if exc.domain == FailureDomain.CALLER.value
+                      else FailureDomain.TOOL)
+            return self._error(request, descriptor, _bounded_message(exc), domain,
+                               reason_code=exc.code)
+        except PolicyDenied as denied:
+            return self._denied(request, denied, descriptor)
+        except (Exception, asyncio.CancelledError) as exc:
+            return self._raised(request, descriptor, exc)
+        return self._classify(request, descriptor, body)
+
+    async def _stop(self, task: asyncio.Future[object]) -> None:
+        """Cancel a running tool, which releases its sessions and leases (R-291)."""
+        task.cancel()
+        await asyncio.wait({task}, timeout=CANCEL_GRACE_S)
+        if not task.done():
+            log.warning("tool did not stop within %.1fs of cancellation", CANCEL_GRACE_S)
+        elif not task.cancelled():
+            task.exception()  # retrieved so asyncio does not report it as unhandled
+
+    async def _abandon(
+        self,
+        bundle: AuthorityBundle,
+        request: ToolCallRequest,
+        descriptor: ToolDescriptor,
+        task: asyncio.Future[object],
+    ) -> None:
+        """The turn was cancelled under a running tool: stop it and count it, settle nothing."""
+        await self._stop(task)
+        self._metrics.record(request.name, descriptor.capability, ToolOutcome.ABANDONED)
+        await self._audit_safely(bundle, request, ToolOutcome.ABANDONED, None)
+
+    # --- step 9: classification and projection ---------------------------------------------
+
+    def _classify(
+        self, request: ToolCallRequest, descriptor: ToolDescriptor, body: object
+    ) -> _Settled:
+        content = self._project(body)
+        details = failure_details(body)
+        effect = _may_have_effect(descriptor)
+        if details is None:
+            return _Settled(
+                ToolCallResult(call_id=request.call_id, name=request.name,
+                               outcome=ToolOutcome.OK, content=content,
+                               capability=descriptor.capability,
+                               evidence=_has_substance(body),
+                               may_have_effect=effect, delegated=self._delegates(descriptor)),
+                raw=body, remember=True,
+            )
+        return self._error(request, descriptor, content, details.domain, raw=body,
+                           reason_code=details.reason_code, exit_status=details.exit_status)
+
+    def _error(
+        self,
+        request: ToolCallRequest,
+        descriptor: ToolDescriptor,
+        content: str,
+        domain: FailureDomain,
+        *,
+        reason_code: str,
+        raw: object = None,
+        exit_status: int | None = None,
+    ) -> _Settled:
+        advice = advice_for(content, domain)
+        if advice:
+            content = f"{content}\n\n{advice}"
+        return _Settled(
+            ToolCallResult(call_id=request.call_id, name=request.name,
+                           outcome=ToolOutcome.ERROR, content=content,
+                           capability=descriptor.capability, failure_domain=domain,
+                           may_have_effect=_may_have_effect(descriptor),
+                           delegated=self._delegates(descriptor)),
+            raw=raw, reason_code=reason_code, exit_status=exit_status, remember=True,
+        )
+
+    def _raised(
+        self, request: ToolCallRequest, descriptor: ToolDescriptor, exc: BaseException
+    ) -> _Settled:
+        log.error("tool %s raised (run call %s)", request.name, request.call_id, exc_info=exc)
+        if not _may_have_effect(descriptor):
+            # A read cannot have half-completed a change: the model learns the message and
+            # the turn goes on (R-260).
+            settled = self._error(request, descriptor,
+                                  f"{request.name} failed: {_bounded_message(exc)}",
+                                  FailureDomain.TOOL, reason_code="raised")
+            return replace(settled, log_failure=False)
+        return _Settled(
+            ToolCallResult(call_id=request.call_id, name=request.name,
+                           outcome=ToolOutcome.RAISED,
+                           content=f"{request.name} failed while running, and whether its "
+                                   "change was applied is unknown. Do not retry it; check the "
+                                   "current state before anything else.",
+                           capability=descriptor.capability,
+                           failure_domain=FailureDomain.TOOL, closes_turn=True,
+                           close_reason="ambiguous_write", may_have_effect=True,
+                           delegated=self._delegates(descriptor)),
+            reason_code="raised", remember=True, log_failure=False,
+        )
+
+    def _timed_out(
+        self, request: ToolCallRequest, descriptor: ToolDescriptor, timeout: float
+    ) -> _Settled:
+        effect = _may_have_effect(descriptor)
+        content = f"{request.name} did not finish within {timeout:g} seconds and was stopped."
+        if effect:
+            content += (" Whether its change was applied is unknown. Do not retry it; check the "
+                        "current state before anything else.")
+        return _Settled(
+            ToolCallResult(call_id=request.call_id, name=request.name,
+                           outcome=ToolOutcome.TIMEOUT, content=content,
+                           capability=descriptor.capability,
+                           failure_domain=FailureDomain.TOOL, closes_turn=effect,
+                           close_reason="ambiguous_write" if effect else None,
+                           may_have_effect=effect, delegated=self._delegates(descriptor)),
+            reason_code="timeout", remember=True,
+        )
+
+    def _denied(
+        self,
+        request: ToolCallRequest,
+        denied: PolicyDenied,
+        descriptor: ToolDescriptor | None = None,
+    ) -> _Settled:
+        """A genuine policy block: the only kind of refusal that closes the turn (R-289)."""
+        capability = descriptor.capability if descriptor else Capability.UNDECLARED
+        return _Settled(
+            ToolCallResult(call_id=request.call_id, name=request.name,
+                           outcome=ToolOutcome.ERROR, content=denied.member_message,
+                           capability=capability, failure_domain=FailureDomain.CALLER,
+                           closes_turn=True, close_reason=denied.code),
+            reason_code=denied.code,
+        )
+
+    @staticmethod
+    def _delegates(descriptor: ToolDescriptor) -> bool:
+        return bool(descriptor.extra.get("delegates", False))
+
+    def _project(self, body: object) -> str:
+        """Redact, serialize and bound a result for the model and the member."""
+        if body is None:
+            text = ""
+        elif isinstance(body, str):
+            text = redact_text(body)
+        elif isinstance(body, bytes | bytearray):
+            text = redact_text(bytes(body).decode("utf-8", errors="replace"))
+        else:
+            redacted = redact(body)
+            try:
+                text = json.dumps(redacted, ensure_ascii=False,
+                                  default=lambda o: redact_text(str(o)))
+            except (TypeError, ValueError):
+                text = redact_text(str(redacted))
+        limit = self._projection_limit
+        if len(text) <= limit:
+            return text
+        return (f"{text[:limit]}\n[truncated: showing the first {limit} of {len(text)} "
+                "characters of this result]")
+
+    # --- bookkeeping -----------------------------------------------------------------------
+
+    async def _finish(
+        self, bundle: AuthorityBundle, request: ToolCallRequest, settled: _Settled
+    ) -> ToolCallResult:
+        result = settled.result
+        registered = self._tools.get(request.name)
+        if settled.remember and registered is not None:
+            self.ledger.record(registered.descriptor, request, result)
+        label = request.name if registered is not None else UNKNOWN_TOOL_LABEL
+        self._metrics.record(label, result.capability, result.outcome)
+        if result.failed and settled.log_failure:
+            log_failed_result(
+                run_id=bundle.run_id, call_id=request.call_id, tool=label,
+                outcome=result.outcome, reason_code=settled.reason_code or "failed",
+                domain=result.failure_domain, exit_status=settled.exit_status,
+            )
+        await self._audit_safely(bundle, request, result.outcome, settled.raw)
+        return result
+
+    async def _audit_safely(
+        self, bundle: AuthorityBundle, request: ToolCallRequest, outcome: ToolOutcome,
+        raw: object,
+    ) -> None:
+        # The call has already happened; a failing audit sink must not turn a settled write
+        # into an unknown one, so it is reported to operators and the result still returns.
+        try:
+            await self._audit.record_tool_call(bundle, request, outcome, raw)
+        except Exception:
+            log.exception("audit sink failed for tool %s", request.name)
