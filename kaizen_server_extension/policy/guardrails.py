@@ -1,0 +1,106 @@
+"""The ordered guardrail chain: pluggable checks that allow, deny, or ask for approval.
+
+Decisions come from this shared backend chain, never from the runtime's callback (R-237), and
+the chain runs again on the resumed call that carries an approved receipt (R-240). Guardrails
+are plain callables so a ``kaizen_register_guardrails`` hook can contribute them exactly as
+first-party code does.
+
+Evaluation order is registration order. The first ``Deny`` stops the chain; ``NeedsApproval``
+is remembered and the chain keeps going, so a later guardrail can still deny outright. A
+guardrail that raises or returns something that is not a verdict denies: a broken check must
+fail closed, not open.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kaizen_server_extension.policy.approvals import ApprovalMode
+from kaizen_server_extension.runtime.port import AuthorityBundle, ToolCallRequest
+from kaizen_server_extension.tools.types import ToolDescriptor
+
+log = logging.getLogger("kaizen.policy.guardrails")
+
+
+@dataclass(frozen=True, slots=True)
+class Allow:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Deny:
+    reason: str  # member-safe sentence
+    code: str = "guardrail_denied"
+
+
+@dataclass(frozen=True, slots=True)
+class NeedsApproval:
+    reason: str
+
+
+GuardrailVerdict = Allow | Deny | NeedsApproval
+
+ALLOW = Allow()
+
+
+@dataclass(frozen=True, slots=True)
+class GuardrailCall:
+    """What a guardrail sees: validated arguments, never the tool's result."""
+
+    bundle: AuthorityBundle
+    request: ToolCallRequest
+    descriptor: ToolDescriptor
+    arguments: Mapping[str, Any]
+    approval_mode: ApprovalMode
+
+
+Guardrail = Callable[[GuardrailCall], "GuardrailVerdict | Awaitable[GuardrailVerdict]"]
+
+
+class GuardrailChain:
+    def __init__(self, guardrails: Iterable[Guardrail] = ()) -> None:
+        self._guardrails = tuple(guardrails)
+        for guardrail in self._guardrails:
+            if not callable(guardrail):
+                # Refused at start-up, not at the first call it would have silently skipped.
+                raise TypeError(f"guardrail {guardrail!r} is not callable")
+
+    @classmethod
+    def from_registrations(cls, registrations: Iterable[tuple[str, Any]]) -> GuardrailChain:
+        """Build from ``(plugin name, item)`` pairs of ``kaizen_register_guardrails``, in
+        plugin order (see ``tools.registry.collect_registrations``)."""
+        return cls(item for _plugin, item in registrations)
+
+    def __len__(self) -> int:
+        return len(self._guardrails)
+
+    async def evaluate(self, call: GuardrailCall) -> GuardrailVerdict:
+        pending: NeedsApproval | None = None
+        for guardrail in self._guardrails:
+            verdict = await self._run_one(guardrail, call)
+            if isinstance(verdict, Deny):
+                return verdict
+            if isinstance(verdict, NeedsApproval) and pending is None:
+                pending = verdict
+        return pending if pending is not None else ALLOW
+
+    @staticmethod
+    async def _run_one(guardrail: Guardrail, call: GuardrailCall) -> GuardrailVerdict:
+        name = getattr(guardrail, "__qualname__", repr(guardrail))
+        try:
+            verdict = guardrail(call)
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+        except Exception:
+            log.exception("guardrail %s raised; denying tool %s", name, call.descriptor.name)
+            return Deny("A safety check could not complete, so the call was not run.",
+                        code="guardrail_error")
+        if not isinstance(verdict, Allow | Deny | NeedsApproval):
+            log.error("guardrail %s returned %r; denying", name, type(verdict).__name__)
+            return Deny("A safety check could not complete, so the call was not run.",
+                        code="guardrail_error")
+        return verdict

@@ -1,0 +1,92 @@
+"""What the tool pipeline needs from the trusted backend, as small Protocols.
+
+The store (runs, permissions, approvals, audit) and the host (tool contexts) implement these;
+the pipeline depends on nothing else, so its ordering and fail-closed behaviour can be tested
+with in-memory fakes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Mapping
+from typing import Any, Protocol
+
+from kaizen_server_extension.policy.approvals import ApprovalMode, ApprovalReceipt
+from kaizen_server_extension.runtime.port import AuthorityBundle, ToolCallRequest, ToolOutcome
+from kaizen_server_extension.tools.types import RegisteredTool, ToolDescriptor
+
+
+class AuthorityCheck(Protocol):
+    async def verify(self, bundle: AuthorityBundle) -> None:
+        """Raise ``AuthorityRejected`` unless ``bundle`` matches the admitted run in every field:
+        the run row is active, its claim and fence are current, and the audience is unchanged
+        (R-006, R-007, R-222)."""
+        ...
+
+
+class PermissionResolver(Protocol):
+    async def allowed(self, member: str, tool_name: str) -> bool:
+        """The member's permission for this tool *now*; called on every call, never cached
+        across calls, so a mid-turn revocation bites on the next one (R-005, R-204)."""
+        ...
+
+
+class ApprovalModeResolver(Protocol):
+    async def mode_for(self, member: str) -> ApprovalMode:
+        """The member's current approval mode (API.md ``members/me/settings``)."""
+        ...
+
+
+class ApprovalStore(Protocol):
+    async def find_receipt(self, run_id: str, call_digest: str) -> ApprovalReceipt | None:
+        """The newest approval record of this run for exactly this call digest, if any."""
+        ...
+
+    async def request(
+        self,
+        run_id: str,
+        bundle: AuthorityBundle,
+        tool: str,
+        args_digest: str,
+        redacted_args: Mapping[str, Any],
+    ) -> str:
+        """Persist a pending approval request durably and return its id. It is committed before
+        the pipeline reports the wait, so no wait can begin without a record (R-224)."""
+        ...
+
+    async def consume_receipt(self, run_id: str, approval_id: str) -> bool:
+        """Compare-and-set an approved receipt to consumed; True for the one caller that did
+        (``… WHERE status = 'approved' AND consumed_at IS NULL``). One-shot (R-240)."""
+        ...
+
+
+class AuditSink(Protocol):
+    async def record_tool_call(
+        self,
+        bundle: AuthorityBundle,
+        request: ToolCallRequest,
+        outcome: ToolOutcome,
+        raw: object,
+    ) -> None:
+        """Keep the raw result for audit only; it never reaches the model or the member."""
+        ...
+
+
+class ToolExecutor(Protocol):
+    def __call__(
+        self, tool: RegisteredTool, bundle: AuthorityBundle, arguments: Mapping[str, Any], /
+    ) -> Awaitable[object]:
+        """Run ``tool.impl`` as the member (the host builds the ``ToolContext``)."""
+        ...
+
+
+class ArgumentValidator(Protocol):
+    def __call__(self, descriptor: ToolDescriptor, raw_json_text: str, /) -> Mapping[str, Any]:
+        """Parse and validate raw argument text against the live schema (bounds stripped from
+        the advertisement are still enforced here, R-336); raise on anything invalid."""
+        ...
+
+
+class RosterCheck(Protocol):
+    async def __call__(self, bundle: AuthorityBundle, /) -> bool:
+        """True when the server-side roster is exactly the initiating member (R-218)."""
+        ...
