@@ -1,0 +1,215 @@
+"""One sandboxed kernel: an ``AsyncKernelManager`` + client behind a small async API.
+
+A :class:`SandboxKernel` is started by the pool with the :class:`SandboxProvisioner`, gets the
+Kaizen prelude installed (capped streams, ``tools``), and is later *bound* to a lease
+(workspace, bridge token, callable tool names, output cap). It runs one execution at a time;
+the lease lock guarantees that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import secrets
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import zmq
+from jupyter_client.manager import AsyncKernelManager
+
+from kaizen_kernel import execute
+from kaizen_kernel.limits import ProcessLimits
+from kaizen_kernel.prelude_py import MARKER_PREFIX, bind_source, install_source
+from kaizen_kernel.provisioner import SandboxProvisioner
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 60.0
+SETUP_TIMEOUT_S = 15.0
+INTERRUPT_GRACE_S = 2.0
+
+
+class KernelStartError(RuntimeError):
+    """The kernel could not be started or prepared (a tool failure, never the caller's)."""
+
+
+class KernelDied(RuntimeError):
+    """The kernel process is gone."""
+
+
+@dataclass(frozen=True, slots=True)
+class KernelLaunchConfig:
+    """How kernels are launched: shared by every kernel the pool starts."""
+
+    state_root: Path
+    process_limits: ProcessLimits = field(default_factory=ProcessLimits)
+    jail: str = "auto"  # auto | off | required
+    shared_dir: str | None = None
+    env_allowlist: tuple[str, ...] | None = None
+    extra_env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """What a kernel is currently bound to; re-sent only when it changes."""
+
+    workspace: str | None
+    url: str | None
+    token: str | None
+    available: tuple[str, ...]
+    cap: int
+
+
+class SandboxKernel:
+    def __init__(self, *, kernel_name: str, language: str, config: KernelLaunchConfig,
+                 workspace: Path | None = None) -> None:
+        self.kernel_name = kernel_name
+        self.language = language
+        self.config = config
+        self.launch_workspace = workspace
+        self.kernel_id = str(uuid.uuid4())
+        self.home = config.state_root / "homes" / self.kernel_id
+        self.nonce = secrets.token_hex(8)
+        self.marker_re = re.compile(re.escape(MARKER_PREFIX) + r"\d+ bytes "
+                                    + re.escape(self.nonce) + r"\]\n")
+        self.km: AsyncKernelManager | None = None
+        self.client: Any = None
+        self.binding: Binding | None = None
+        self.started_at = 0.0
+        self.start_seconds = 0.0
+        self.closed = False
+        self._last_msg_id = ""
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def _provisioner(self, km: AsyncKernelManager) -> SandboxProvisioner:
+        kwargs: dict[str, Any] = {
+            "workspace": str(self.launch_workspace) if self.launch_workspace else "",
+            "home_dir": str(self.home),
+            "shared_dir": self.config.shared_dir or "",
+            "extra_env": dict(self.config.extra_env),
+            "process_limits": {k: getattr(self.config.process_limits, k)
+                               for k in ProcessLimits.__dataclass_fields__},
+            "jail": self.config.jail,
+        }
+        if self.config.env_allowlist is not None:
+            kwargs["env_allowlist"] = list(self.config.env_allowlist)
+        return SandboxProvisioner(kernel_id=self.kernel_id, kernel_spec=km.kernel_spec,
+                                  parent=km, **kwargs)
+
+    async def start(self) -> None:
+        t0 = time.monotonic()
+        # CurveZMQ on the kernel's sockets where the kernelspec and libzmq support it.
+        encryption = "auto" if zmq.has("curve") else "disabled"
+        km = AsyncKernelManager(kernel_name=self.kernel_name, transport_encryption=encryption)
+        km.kernel_id = self.kernel_id
+        self.km = km
+        try:
+            km.provisioner = self._provisioner(km)
+            await km.start_kernel()
+        except Exception as exc:
+            await self.shutdown()
+            raise KernelStartError(f"kernel could not start: {type(exc).__name__}") from exc
+        try:
+            await self._connect()
+        except Exception:
+            await self.shutdown()
+            raise
+        self.started_at = time.monotonic()
+        self.start_seconds = self.started_at - t0
+
+    async def _connect(self) -> None:
+        assert self.km is not None
+        client = self.km.client()
+        client.start_channels()
+        self.client = client
+        try:
+            await client.wait_for_ready(timeout=START_TIMEOUT_S)
+        except Exception as exc:
+            raise KernelStartError(f"kernel not ready: {type(exc).__name__}") from exc
+        self.binding = None
+        if self.language == "python":
+            await self.run_silent(install_source(1024 * 1024, self.nonce))
+
+    async def is_alive(self) -> bool:
+        return self.km is not None and not self.closed and bool(await self.km.is_alive())
+
+    async def shutdown(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.client is not None:
+            with contextlib.suppress(Exception):
+                self.client.stop_channels()
+        if self.km is not None:
+            with contextlib.suppress(Exception):
+                await self.km.shutdown_kernel(now=True)
+        shutil.rmtree(self.home, ignore_errors=True)
+
+    async def restart(self) -> None:
+        """Kill and start the same kernel again (state lost), then reinstall the prelude."""
+        assert self.km is not None
+        if self.client is not None:
+            with contextlib.suppress(Exception):
+                self.client.stop_channels()
+        try:
+            await self.km.restart_kernel(now=True)
+        except Exception as exc:
+            raise KernelStartError(f"kernel could not restart: {type(exc).__name__}") from exc
+        previous = self.binding
+        await self._connect()
+        if previous is not None:
+            await self.bind(previous)
+
+    async def interrupt(self) -> None:
+        assert self.km is not None
+        await self.km.interrupt_kernel()
+
+    # --- execution -------------------------------------------------------------------------
+
+    async def run_silent(self, code: str, seconds: float = SETUP_TIMEOUT_S) -> None:
+        """Run server-authored setup code; any failure is a kernel (tool) failure."""
+        msg_id = self.client.execute(code, silent=True, store_history=False,
+                                     allow_stdin=False)
+        reply = await execute.wait_reply(self.client, msg_id, seconds)
+        if reply is None:
+            raise KernelStartError("kernel setup timed out")
+        if reply.get("content", {}).get("status") != "ok":
+            content = reply.get("content", {})
+            raise KernelStartError(f"kernel setup failed: {content.get('ename', '?')}")
+
+    async def bind(self, binding: Binding) -> None:
+        if binding == self.binding:
+            return
+        if self.language == "python":
+            await self.run_silent(bind_source(binding.workspace, binding.url, binding.token,
+                                              list(binding.available), binding.cap))
+        self.binding = binding
+
+    async def execute(self, code: str, *, wall_seconds: float,
+                      output_bytes: int) -> execute.ExecutionCapture:
+        if self.closed or self.client is None:
+            raise KernelDied("kernel is closed")
+        msg_id = self.client.execute(code, silent=False, store_history=True,
+                                     allow_stdin=False)
+        capture = await execute.collect(
+            self.client, msg_id, wall_seconds=wall_seconds, output_bytes=output_bytes,
+            marker_re=self.marker_re, is_alive=self.is_alive)
+        if capture.status in ("ok", "error"):
+            await execute.wait_reply(self.client, msg_id, 1.0)
+        self._last_msg_id = msg_id
+        return capture
+
+    async def settle_timeout(self, grace: float = INTERRUPT_GRACE_S) -> bool:
+        """After a wall-time overrun: interrupt; True when the kernel came back idle."""
+        try:
+            await self.interrupt()
+        except Exception:
+            return False
+        return await execute.drain_until_idle(self.client, self._last_msg_id, grace)
+

@@ -1,0 +1,182 @@
+"""Kernel-side code for Python kernels. Its *source text* is executed inside each kernel.
+
+Nothing here runs in the server: :func:`install_source` and :func:`bind_source` return code
+strings that the server sends as silent executions. This module must stay stdlib-only and
+self-contained (it becomes the private module ``_kaizen_sandbox`` inside the kernel).
+
+Inside the kernel it provides:
+
+* a capped ``sys.stdout``/``sys.stderr`` pair sharing one per-execution byte budget, reset on
+  every cell (IPython ``pre_execute``); past the budget, writes are dropped and one marker line
+  (carrying a per-kernel nonce) tells the server output was truncated. A 50 MiB ``print`` is
+  cut *before* ipykernel packs it into a stream message;
+* ``tools``: ``tools.available`` and ``tools.call(name, arguments=None, **kwargs)``, a
+  loopback HTTP client of the server's bridge authenticated by the lease token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+MARKER_PREFIX = "\n[kaizen: output truncated at "
+_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+_CALL_TIMEOUT_S = 60.0
+
+_state: dict[str, Any] = {
+    "cap": 1024 * 1024,
+    "remaining": 1024 * 1024,
+    "truncated": False,
+    "nonce": "",
+    "url": None,
+    "token": None,
+    "available": (),
+}
+
+
+def marker(cap: int, nonce: str) -> str:
+    return f"{MARKER_PREFIX}{cap} bytes {nonce}]\n"
+
+
+class _CappedStream:
+    """Wraps ipykernel's OutStream; all writes draw from one shared byte budget."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        state = _state
+        remaining = state["remaining"]
+        if remaining <= 0:
+            return len(text)
+        data = text.encode("utf-8", "replace")
+        if len(data) <= remaining:
+            state["remaining"] = remaining - len(data)
+            self._inner.write(text)
+            return len(text)
+        cut = data[:remaining]
+        state["remaining"] = 0
+        state["truncated"] = True
+        self._inner.write(cut.decode("utf-8", "ignore"))
+        self._inner.write(marker(state["cap"], state["nonce"]))
+        return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _reset(*_args: Any) -> None:
+    _state["remaining"] = _state["cap"]
+    _state["truncated"] = False
+
+
+class ToolCallError(Exception):
+    """A refused or failed ``tools.call``: ``code`` is the server's reason code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+class Tools:
+    """``tools.call(name, arguments)`` / ``tools.call(name, **arguments)`` over the bridge."""
+
+    ToolCallError = ToolCallError
+
+    @property
+    def available(self) -> list[str]:
+        return list(_state["available"])
+
+    def call(self, name: str, arguments: dict[str, Any] | None = None, /,
+             **kwargs: Any) -> Any:
+        url, token = _state["url"], _state["token"]
+        if not url or not token:
+            raise ToolCallError("bridge_unavailable", "tool callbacks are not available here")
+        args = dict(arguments or {})
+        args.update(kwargs)
+        body = json.dumps({"tool": name, "arguments": args}).encode("utf-8")
+        request = urllib.request.Request(
+            url, data=body, method="POST",
+            headers={"Authorization": f"Bearer {token}",
+                     "Content-Type": "application/json"})
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(request, timeout=_CALL_TIMEOUT_S) as response:
+                raw = response.read(_MAX_RESPONSE_BYTES + 1)
+        except urllib.error.HTTPError as exc:
+            raw = exc.read(_MAX_RESPONSE_BYTES + 1)
+            try:
+                err = json.loads(raw).get("error", {})
+            except ValueError:
+                err = {}
+            raise ToolCallError(str(err.get("code", f"http_{exc.code}")),
+                                str(err.get("message", "refused"))) from None
+        except OSError as exc:
+            raise ToolCallError("bridge_unreachable", type(exc).__name__) from None
+        if len(raw) > _MAX_RESPONSE_BYTES:
+            raise ToolCallError("response_too_large", "tool result exceeded the bridge bound")
+        payload = json.loads(raw)
+        return payload.get("result")
+
+    def __repr__(self) -> str:
+        return f"<tools available={self.available!r}>"
+
+
+def install(cap: int, nonce: str) -> None:
+    """Once per kernel: capped streams, the per-cell budget reset, ``tools`` in user ns."""
+    _state["cap"] = int(cap)
+    _state["nonce"] = nonce
+    _reset()
+    if not isinstance(sys.stdout, _CappedStream):
+        sys.stdout = _CappedStream(sys.stdout)
+    if not isinstance(sys.stderr, _CappedStream):
+        sys.stderr = _CappedStream(sys.stderr)
+    ip = get_ipython()  # type: ignore[name-defined]  # noqa: F821 - an IPython builtin
+    ip.events.register("pre_execute", _reset)
+    ip.user_ns["tools"] = Tools()
+    ip.user_ns_hidden["tools"] = ip.user_ns["tools"]
+
+
+def bind(workspace: str | None, url: str | None, token: str | None,
+         available: list[str], cap: int) -> None:
+    """Per lease (and whenever the server's view changes): workspace, bridge, budget."""
+    if workspace:
+        os.chdir(workspace)
+        os.environ["KAIZEN_WORKSPACE"] = workspace
+    _state["url"] = url
+    _state["token"] = token
+    _state["available"] = tuple(available)
+    _state["cap"] = int(cap)
+    _reset()
+
+
+def install_source(cap: int, nonce: str) -> str:
+    """Code that creates ``_kaizen_sandbox`` from this file's text and installs it."""
+    source = Path(__file__).read_text(encoding="utf-8")
+    return (
+        "def __kaizen_boot(src, cap, nonce):\n"
+        "    import sys, types\n"
+        "    mod = types.ModuleType('_kaizen_sandbox')\n"
+        "    sys.modules['_kaizen_sandbox'] = mod\n"
+        "    exec(compile(src, '<kaizen-sandbox>', 'exec'), mod.__dict__)\n"
+        "    mod.install(cap, nonce)\n"
+        f"__kaizen_boot({source!r}, {int(cap)!r}, {nonce!r})\n"
+        "del __kaizen_boot\n"
+    )
+
+
+def bind_source(workspace: str | None, url: str | None, token: str | None,
+                available: list[str], cap: int) -> str:
+    args = json.dumps([workspace, url, token, list(available), int(cap)])
+    return f"__import__('_kaizen_sandbox').bind(*__import__('json').loads({args!r}))\n"

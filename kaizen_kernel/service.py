@@ -1,0 +1,377 @@
+"""``RunCodeService``: the run_code facade the tool layer calls.
+
+One call: validate → lease (actor + conversation) → kernel (warm ephemeral, or the lease's
+persistent one) → bind (workspace, bridge, cap) → execute under the wall-time and output
+budgets → on overrun interrupt, and restart when the program ignores SIGINT → capture the
+declared files → a bounded :class:`RunCodeResult` that says whose failure it was.
+
+Whose failure (spec: Whose failure it was): a program's traceback, a wall-time overrun the
+sandbox enforced (with or without a restart) and an unavailable language are the *caller's*
+(``FailureDomain.CALLER``: the sandbox did its job). A kernel that cannot start, dies under a
+call, or cannot be restarted is the *tool's* (``FailureDomain.TOOL``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from kaizen_kernel import files as files_mod
+from kaizen_kernel.execute import DisplayItem, ExecutionCapture
+from kaizen_kernel.kernel import Binding, KernelLaunchConfig, KernelStartError, SandboxKernel
+from kaizen_kernel.leases import ActiveCall, KernelLease, LeaseManager
+from kaizen_kernel.limits import ExecutionBudget, ProcessLimits
+from kaizen_kernel.pool import KernelPool, LanguageUnavailable
+from kaizen_kernel.schema import (
+    LANGUAGES,
+    TOOL_NAME,
+    RunCodeArguments,
+    RunCodeArgumentsError,
+    parse_arguments,
+)
+from kaizen_server_extension.runtime.port import Capability, FailureDomain, ToolOutcome
+
+log = logging.getLogger(__name__)
+
+RunStatus = Literal["ok", "error", "timeout", "restarted"]
+
+
+@dataclass(slots=True)
+class RunCodeResult:
+    status: RunStatus
+    outcome: ToolOutcome
+    failure_domain: FailureDomain
+    language: str
+    persistent: bool
+    # Content-free reason code: ok | program_error | wall_time_exceeded |
+    # wall_time_exceeded_restarted | kernel_died | kernel_unavailable | language_unavailable |
+    # lease_released
+    code: str = "ok"
+    message: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    displays: list[DisplayItem] = field(default_factory=list)
+    error_name: str | None = None
+    error_value: str | None = None
+    traceback: str | None = None
+    files: list[files_mod.CapturedFile] = field(default_factory=list)
+    refused_files: list[files_mod.RefusedFile] = field(default_factory=list)
+    duration_ms: int = 0
+    output_truncated: bool = False
+    truncated_in_kernel: bool = False
+    error_truncated: bool = False
+    kernel_restarted: bool = False
+    state_lost: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome != ToolOutcome.OK
+
+    def to_payload(self, *, repair: bool = True) -> dict[str, Any]:
+        """The bounded, model-facing JSON body (no file bytes, images as placeholders).
+
+        A failed or timed-out run carries a ``repair_instruction`` naming the exception
+        unless ``repair`` is False (the member asked for no retries).
+        """
+        outputs: list[str] = []
+        for item in self.displays:
+            if item.text_plain is not None:
+                outputs.append(item.text_plain)
+            if item.image_png_b64 is not None:
+                outputs.append(f"[image/png, {len(item.image_png_b64) * 3 // 4} bytes]")
+        body: dict[str, Any] = {
+            "status": self.status,
+            "code": self.code,
+            "failure_domain": self.failure_domain.value,
+            "language": self.language,
+            "persistent": self.persistent,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "outputs": outputs,
+            "files": [f.describe() for f in self.files],
+            "duration_ms": self.duration_ms,
+            "truncated": self.output_truncated,
+        }
+        if self.refused_files:
+            body["refused_files"] = [r.describe() for r in self.refused_files]
+        if self.message:
+            body["message"] = self.message
+        if self.error_name is not None:
+            body["error"] = {"name": self.error_name, "value": self.error_value or "",
+                             "traceback": self.traceback or ""}
+        if self.kernel_restarted or self.state_lost:
+            body["kernel_restarted"] = self.kernel_restarted
+            body["state_lost"] = self.state_lost
+        if self.failed and repair:
+            what = self.error_name or ("the time limit" if self.status in
+                                       ("timeout", "restarted") else self.code)
+            body["repair_instruction"] = (
+                f"The run failed with {what}. Fix the code and run it again; do not resend "
+                "the same code unchanged.")
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class RunCodeConfig:
+    state_root: Path
+    budget: ExecutionBudget = field(default_factory=ExecutionBudget.from_env)
+    process_limits: ProcessLimits = field(default_factory=ProcessLimits)
+    jail: str = "auto"
+    shared_dir: str | None = None
+    env_allowlist: tuple[str, ...] | None = None
+    pool_sizes: Mapping[str, int] = field(default_factory=lambda: {"python": 1})
+    idle_timeout_s: float = 15 * 60.0
+    max_file_bytes: int = files_mod.DEFAULT_MAX_FILE_BYTES
+    max_total_file_bytes: int = files_mod.DEFAULT_MAX_TOTAL_BYTES
+    bridge_url: str | None = None
+    # Kernelspec per language; default: discovered (python3; a javascript-language spec).
+    kernel_names: Mapping[str, str] | None = None
+
+
+class RunCodeService:
+    def __init__(self, config: RunCodeConfig) -> None:
+        self.config = config
+        self.budget = config.budget
+        self.bridge_url = config.bridge_url
+        launch = KernelLaunchConfig(
+            state_root=config.state_root / "kernels",
+            process_limits=config.process_limits,
+            jail=config.jail,
+            shared_dir=config.shared_dir,
+            env_allowlist=config.env_allowlist,
+        )
+        self.pool = KernelPool(launch, sizes=config.pool_sizes,
+                               kernel_names=config.kernel_names)
+        self.leases = LeaseManager(config.state_root / "workspaces",
+                                   idle_timeout_s=config.idle_timeout_s)
+        self._reaper: asyncio.Task[None] | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.pool.start()
+        if self._reaper is None:
+            self._reaper = asyncio.create_task(self._reap_forever())
+
+    async def _reap_forever(self) -> None:
+        interval = max(1.0, min(60.0, self.config.idle_timeout_s / 4))
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.leases.reap_idle()
+            except Exception:
+                log.warning("reaping idle kernel leases failed", exc_info=True)
+
+    async def close(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+            self._reaper = None
+        await self.leases.close()
+        await self.pool.close()
+
+    async def release(self, actor: str, conversation_id: str) -> bool:
+        """Release the lease (and its kernels) before an approval wait (R-239)."""
+        return await self.leases.release(actor, conversation_id)
+
+    def workspace(self, actor: str, conversation_id: str) -> Path:
+        """The lease workspace (shared with read_workspace/edit_workspace)."""
+        return self.leases.acquire(actor, conversation_id).workspace
+
+    # --- the call -------------------------------------------------------------------------
+
+    async def run_arguments(self, actor: str, conversation_id: str,
+                            arguments: Mapping[str, Any] | str, **kwargs: Any) -> RunCodeResult:
+        """Validate raw tool arguments (schema) and run them."""
+        args: RunCodeArguments = parse_arguments(arguments)
+        return await self.run(actor, conversation_id, args.code, args.language, args.persistent,
+                              args.artifact_targets, **kwargs)
+
+    async def run(
+        self,
+        actor: str,
+        conversation_id: str,
+        code: str,
+        language: str,
+        persistent: bool,
+        artifact_targets: Sequence[str],
+        *,
+        wall_seconds: float | None = None,
+        output_bytes: int | None = None,
+        callable_tools: Mapping[str, Capability] | None = None,
+        call_context: Any = None,
+        call_id: str | None = None,
+    ) -> RunCodeResult:
+        t0 = time.monotonic()
+        if language not in LANGUAGES:
+            raise RunCodeArgumentsError(f"language must be one of {', '.join(LANGUAGES)}")
+        if artifact_targets is None:  # explicit: missing is a schema error, not a default
+            raise RunCodeArgumentsError("artifact_targets is required ([] for compute-only)")
+        try:
+            targets = files_mod.validate_targets(list(artifact_targets))
+        except files_mod.TargetRejected as exc:
+            raise RunCodeArgumentsError(f"artifact_targets refused ({exc.reason})") from None
+        budget = self.budget.clamp(wall_seconds, output_bytes)
+
+        def finish(result: RunCodeResult) -> RunCodeResult:
+            result.duration_ms = int((time.monotonic() - t0) * 1000)
+            return result
+
+        if not self.pool.available(language):
+            return finish(RunCodeResult(
+                status="error", outcome=ToolOutcome.ERROR, failure_domain=FailureDomain.CALLER,
+                language=language, persistent=persistent, code="language_unavailable",
+                message=str(LanguageUnavailable(language))))
+
+        lease = self.leases.acquire(actor, conversation_id)
+        async with lease.lock:
+            if lease.released:  # released while we waited: take the fresh lease
+                lease = self.leases.acquire(actor, conversation_id)
+            result = await self._run_locked(lease, code, language, persistent, budget,
+                                            callable_tools or {}, call_context,
+                                            call_id or uuid.uuid4().hex)
+        lease.touch()
+        try:
+            captured, refused = await asyncio.to_thread(
+                files_mod.capture, lease.workspace, targets,
+                max_file_bytes=self.config.max_file_bytes,
+                max_total_bytes=self.config.max_total_file_bytes)
+        except OSError:
+            captured, refused = [], [files_mod.RefusedFile(name=t, reason="unreadable")
+                                     for t in targets]
+        result.files = captured
+        result.refused_files = refused
+        return finish(result)
+
+    async def _kernel_for(self, lease: KernelLease, language: str,
+                          persistent: bool) -> SandboxKernel:
+        if persistent:
+            kernel = lease.persistent.get(language)
+            if kernel is not None and await kernel.is_alive():
+                return kernel
+            if kernel is not None:
+                lease.persistent.pop(language, None)
+                await kernel.shutdown()
+            kernel = await self.pool.acquire(language, lease.workspace)
+            lease.persistent[language] = kernel
+            return kernel
+        return await self.pool.acquire(language, lease.workspace)
+
+    async def _run_locked(self, lease: KernelLease, code: str, language: str,
+                          persistent: bool, budget: ExecutionBudget,
+                          callable_tools: Mapping[str, Capability], call_context: Any,
+                          call_id: str) -> RunCodeResult:
+        base: dict[str, Any] = {"language": language, "persistent": persistent}
+        try:
+            kernel = await self._kernel_for(lease, language, persistent)
+        except LanguageUnavailable as exc:
+            return RunCodeResult(status="error", outcome=ToolOutcome.ERROR,
+                                 failure_domain=FailureDomain.CALLER,
+                                 code="language_unavailable", message=str(exc), **base)
+        except Exception:
+            log.warning("run_code kernel start failed", exc_info=True)
+            return RunCodeResult(status="error", outcome=ToolOutcome.ERROR,
+                                 failure_domain=FailureDomain.TOOL, code="kernel_unavailable",
+                                 message="the sandbox kernel could not be started", **base)
+        readable = sorted(name for name, cap in callable_tools.items()
+                          if cap == Capability.READ and name != TOOL_NAME)
+        lease.current = kernel
+        lease.active = ActiveCall(call_id=call_id, callable_tools=dict(callable_tools),
+                                  context=call_context)
+        keep = persistent
+        try:
+            await kernel.bind(Binding(
+                workspace=str(lease.workspace), url=self.bridge_url if readable else None,
+                token=lease.token if readable else None, available=tuple(readable),
+                cap=budget.output_bytes))
+            capture = await kernel.execute(code, wall_seconds=budget.wall_seconds,
+                                           output_bytes=budget.output_bytes)
+            lease.active = None  # callbacks end with the program
+            result = self._from_capture(capture, base)
+            if capture.status == "timeout":
+                result = await self._after_timeout(kernel, persistent, result)
+                keep = persistent and result.failure_domain != FailureDomain.TOOL
+            elif capture.status == "died":
+                keep = False
+            if lease.released:
+                keep = False
+                result.status, result.outcome = "error", ToolOutcome.ERROR
+                result.failure_domain, result.code = FailureDomain.CALLER, "lease_released"
+                result.message = "the sandbox lease was released during the call"
+            return result
+        except asyncio.CancelledError:
+            # The caller gave up (tool deadline, turn cancelled): the kernel may still be
+            # running the program, so it goes — a persistent one included.
+            keep = False
+            raise
+        except KernelStartError:
+            keep = False
+            log.warning("run_code kernel setup failed", exc_info=True)
+            return RunCodeResult(status="error", outcome=ToolOutcome.ERROR,
+                                 failure_domain=FailureDomain.TOOL, code="kernel_unavailable",
+                                 message="the sandbox kernel could not be prepared", **base)
+        finally:
+            lease.active = None
+            lease.current = None
+            if not keep:
+                if lease.persistent.get(language) is kernel:
+                    lease.persistent.pop(language, None)
+                self.pool.discard(kernel)
+
+    async def _after_timeout(self, kernel: SandboxKernel, persistent: bool,
+                             result: RunCodeResult) -> RunCodeResult:
+        if await kernel.settle_timeout():
+            return result  # interrupted: the kernel (and a persistent state) survive
+        result.status = "restarted"
+        result.code = "wall_time_exceeded_restarted"
+        result.kernel_restarted = True
+        result.state_lost = True
+        result.message = ("the program ignored the interrupt at the time limit; the kernel "
+                          + ("was restarted" if persistent else "was stopped")
+                          + " and its state is lost")
+        if persistent:
+            try:
+                await kernel.restart()
+            except Exception:
+                log.warning("run_code kernel restart failed", exc_info=True)
+                result.failure_domain = FailureDomain.TOOL
+                result.code = "kernel_restart_failed"
+                result.message = "the program ignored the interrupt and the kernel could " \
+                                 "not be restarted"
+        return result
+
+    @staticmethod
+    def _from_capture(capture: ExecutionCapture, base: dict[str, Any]) -> RunCodeResult:
+        common: dict[str, Any] = {
+            "stdout": capture.stdout, "stderr": capture.stderr, "displays": capture.displays,
+            "output_truncated": capture.truncated,
+            "truncated_in_kernel": capture.truncated_in_kernel,
+            "error_truncated": capture.error_truncated, **base,
+        }
+        if capture.status == "ok":
+            return RunCodeResult(status="ok", outcome=ToolOutcome.OK,
+                                 failure_domain=FailureDomain.NONE, **common)
+        if capture.status == "error":
+            err = capture.error
+            return RunCodeResult(
+                status="error", outcome=ToolOutcome.ERROR, failure_domain=FailureDomain.CALLER,
+                code="program_error", error_name=err.name if err else "Error",
+                error_value=err.value if err else "", traceback=err.traceback if err else "",
+                **common)
+        if capture.status == "timeout":
+            return RunCodeResult(status="timeout", outcome=ToolOutcome.TIMEOUT,
+                                 failure_domain=FailureDomain.CALLER, code="wall_time_exceeded",
+                                 message="the program exceeded its time limit and was "
+                                         "interrupted", **common)
+        return RunCodeResult(status="error", outcome=ToolOutcome.ERROR,
+                             failure_domain=FailureDomain.TOOL, code="kernel_died",
+                             message="the sandbox kernel died during the call",
+                             kernel_restarted=False, state_lost=True, **common)
