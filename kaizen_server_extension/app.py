@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from dataclasses import dataclass, field
@@ -12,9 +13,10 @@ from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Int, Set, Unicode, default
 
+from kaizen_server_extension.events import EventBus, LiveEventInvalid, PostgresLink
 from kaizen_server_extension.settings import RuntimeSettings, SettingsError
 from kaizen_server_extension.store import Store, create_engine, run_blocking, upgrade
-from kaizen_server_extension.store.engine import sqlite_url_for
+from kaizen_server_extension.store.engine import is_sqlite, sqlite_url_for
 
 DEFAULT_AGENTS: tuple[dict[str, Any], ...] = (
     {
@@ -52,12 +54,31 @@ class KaizenContext:
     model: str
     model_api_key: str | None = field(repr=False, default=None)
     known_members: set[str] = field(default_factory=set)
+    # Observers of the journal (websockets); the runtime publishes live-only events here.
+    bus: EventBus = field(default_factory=EventBus)
+    # Carries the bus across server processes on PostgreSQL; None on SQLite.
+    events_link: PostgresLink | None = None
+    # Set once the server starts; handlers reach lanes and tools through the context.
+    lanes: Any = None
+    tools: Any = None
 
     def is_admin(self, member: str) -> bool:
         return member in self.admin_members
 
+    def publish_live(self, conversation_id: str, kind: str, data: dict[str, Any]) -> None:
+        """Live-only events (answer and thinking deltas): shown, never stored."""
+        fields = dict(data)
+        run_id = fields.pop("run_id", None)
+        try:
+            self.bus.publish_live(conversation_id,
+                                  {"type": kind, "run_id": run_id, "data": fields})
+        except LiveEventInvalid as exc:
+            # A preview that cannot be shown must not fail the run: the journal has the rest.
+            logging.getLogger("kaizen.events").warning("live event %s not published: %s",
+                                                       kind, exc)
 
-class KaizenApp(ExtensionApp):  # type: ignore[misc]
+
+class KaizenApp(ExtensionApp):
     name = "kaizen_server_extension"
     description = "Kaizen: a guarded agent turn loop beside your Jupyter kernels."
     load_other_extensions = True
@@ -144,6 +165,10 @@ class KaizenApp(ExtensionApp):  # type: ignore[misc]
             model=self.model,
             model_api_key=os.environ.get(self.model_api_key_env) or None,
         )
+        store.add_listener(ctx.bus.publish_appended)
+        if not is_sqlite(self.database_url):
+            ctx.events_link = PostgresLink(ctx.bus, self.database_url, schema)
+        self._wire_runtime(ctx)
         self.kaizen = ctx
         self.settings.update({"kaizen": ctx})
         self.log.info("Kaizen store: %s", _redact_url(self.database_url))
@@ -153,7 +178,71 @@ class KaizenApp(ExtensionApp):  # type: ignore[misc]
 
         self.handlers.extend(handlers.routes())
 
+    def _wire_runtime(self, ctx: KaizenContext) -> None:
+        """Tool registry, guarded pipeline, model gateway and the room lanes."""
+        from kaizen_server_extension.gateway import GatewayConfig, ModelGateway
+        from kaizen_server_extension.lanes.service import LaneConfig, LaneService
+        from kaizen_server_extension.lanes.tooling import PipelineToolBackend
+        from kaizen_server_extension.tools.registry import ToolRegistry
+
+        registry = ToolRegistry.from_plugins()
+        ctx.tools = PipelineToolBackend(
+            ctx.store, registry,
+            discovery_enabled=ctx.runtime.AGENT_TOOL_DISCOVERY_ENABLED,
+            authorize=self._tool_authorizer(),
+        )
+        gateway: ModelGateway | None = None
+        if ctx.model_base_url:
+            try:
+                gateway = ModelGateway(GatewayConfig(
+                    base_url=ctx.model_base_url, model=ctx.model or "default",
+                    api_key=ctx.model_api_key))
+            except ValueError as exc:
+                self._refuse_to_start(f"Invalid setting KAIZEN_MODEL_BASE_URL: {exc}")
+        ctx.lanes = LaneService(
+            store=ctx.store,
+            tools=ctx.tools,
+            gateway=lambda: gateway,
+            config=LaneConfig(budgets=ctx.runtime.budgets(),
+                              correction_rules=ctx.runtime.correction_rules(),
+                              default_model=ctx.model,
+                              daily_tokens=ctx.runtime.LLM_PER_USER_DAILY_TOKENS),
+            publish_live=ctx.publish_live,
+        )
+        self._gateway = gateway
+
+    def _tool_authorizer(self) -> Any:
+        """``(member, tool) -> bool`` through the Jupyter server's Authorizer; a failing
+        authorizer denies (fails closed)."""
+        from jupyter_server.auth.identity import User
+
+        assert self.serverapp is not None
+        authorizer = self.serverapp.authorizer
+
+        def authorize(member: str, tool: str) -> bool:
+            try:
+                # Called outside any request: there is no handler to pass. Authorizers that
+                # need one raise, and a raise denies.
+                return bool(authorizer.is_authorized(
+                    None, User(username=member), "execute",  # type: ignore[arg-type]
+                    f"kaizen:tools:{tool}"))
+            except Exception:
+                self.log.warning("the Jupyter authorizer failed for tool %s; denied", tool)
+                return False
+
+        return authorize
+
+    async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
+        if self.kaizen.events_link is not None:
+            await self.kaizen.events_link.start()
+        await self.kaizen.lanes.start()
+
     async def stop_extension(self) -> None:
+        await self.kaizen.lanes.stop()
+        if self.kaizen.events_link is not None:
+            await self.kaizen.events_link.stop()
+        if self._gateway is not None:
+            await self._gateway.aclose()
         await self.kaizen.store.dispose()
 
     def _refuse_to_start(self, message: str) -> Any:

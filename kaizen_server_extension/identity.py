@@ -16,14 +16,14 @@ import os
 from typing import Any
 
 from jupyter_server.auth.identity import IdentityProvider, User
-from jupyter_server.base.handlers import JupyterHandler
+from tornado import web
 from traitlets import Dict, Unicode, default, validate
 
 ENV_TOKENS = "KAIZEN_MEMBER_TOKENS"
 MIN_TOKEN_CHARS = 16
 
 
-class KaizenTokenIdentityProvider(IdentityProvider):  # type: ignore[misc]
+class KaizenTokenIdentityProvider(IdentityProvider):
     member_tokens = Dict(
         key_trait=None,
         value_trait=None,
@@ -63,7 +63,7 @@ class KaizenTokenIdentityProvider(IdentityProvider):  # type: ignore[misc]
     def _default_owner_member(self) -> str:
         return os.environ.get("KAIZEN_OWNER_MEMBER") or getpass.getuser()
 
-    async def get_user_token(self, handler: JupyterHandler) -> User | None:
+    async def get_user_token(self, handler: web.RequestHandler) -> User | None:
         presented = self.get_token(handler)
         if presented:
             matched: str | None = None
@@ -73,9 +73,9 @@ class KaizenTokenIdentityProvider(IdentityProvider):  # type: ignore[misc]
                     matched = member
             if matched is not None:
                 return User(username=matched, name=matched, display_name=matched)
-        return await super().get_user_token(handler)  # type: ignore[no-any-return]
+        return await super().get_user_token(handler)
 
-    def generate_anonymous_user(self, handler: JupyterHandler) -> User:
+    def generate_anonymous_user(self, handler: web.RequestHandler) -> User:
         # The server's own token names no user; give it one stable member instead of a new
         # random "Anonymous" identity per browser, so conversations survive a new session.
         name = self.owner_member

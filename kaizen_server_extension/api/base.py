@@ -21,7 +21,7 @@ Body = TypeVar("Body", bound=BaseModel)
 AUTH_RESOURCE = "kaizen"
 
 
-class KaizenHandler(APIHandler):  # type: ignore[misc]
+class KaizenHandler(APIHandler):
     """Authenticated JSON handler. XSRF is enforced by jupyter_server for cookie clients."""
 
     auth_resource = AUTH_RESOURCE
@@ -37,7 +37,7 @@ class KaizenHandler(APIHandler):  # type: ignore[misc]
             raise web.HTTPError(401)
         super().check_xsrf_cookie()
 
-    async def prepare(self) -> None:
+    async def prepare(self) -> None:  # type: ignore[override]
         await super().prepare()
         user = self.current_user
         if user is None:

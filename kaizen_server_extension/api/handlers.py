@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from tornado import web
 
 from kaizen_server_extension.api import schemas
 from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.api.events import ConversationEventsHandler
 from kaizen_server_extension.api.openapi import openapi_document
 from kaizen_server_extension.errors import BadRequest, NotFound, TooLarge
 
@@ -88,6 +90,8 @@ class MessagesHandler(KaizenHandler):
             conversation_id, self.member, body.text, kind=body.kind,
             idempotency_key=body.idempotency_key,
         )
+        # The request's whole job ends here: the lane runs the turn detached (R-028).
+        self.kaizen.lanes.wake(conversation_id)
         self.write_json(accepted.public(), status=202)
 
 
@@ -109,6 +113,60 @@ class RunHandler(KaizenHandler):
     async def get(self, run_id: str) -> None:
         run = await self.kaizen.store.runs.get_for(run_id, self.member)
         self.write_json(run.public())
+
+
+class RunCancelHandler(KaizenHandler):
+    @web.authenticated
+    async def post(self, run_id: str) -> None:
+        run = await self.kaizen.lanes.cancel(run_id, self.member)
+        self.write_json(run.public(), status=202)
+
+
+class ApprovalsHandler(KaizenHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        status = self.get_query_argument("status", None)
+        if status not in (None, "pending", "approved", "denied", "consumed"):
+            raise BadRequest("Unknown approval status.", code="invalid_query")
+        self.write_json(await self.kaizen.tools.approvals.list_for(self.member, status))
+
+
+class ApprovalHandler(KaizenHandler):
+    @web.authenticated
+    async def post(self, approval_id: str) -> None:
+        body = self.parse_body(schemas.ApprovalDecision)
+        decided = await self.kaizen.tools.approvals.decide(approval_id, self.member,
+                                                           body.decision == "approve")
+        self.write_json(decided)
+
+
+class ToolsHandler(KaizenHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        """The catalog this member and agent would get in a conversation (or privately)."""
+        conversation_id = self.get_query_argument("conversation_id", None)
+        store = self.kaizen.store
+        if conversation_id:
+            conversation = await store.conversations.get_for(conversation_id, self.member)
+            agent_id = conversation.agent_id
+        else:
+            agent_id = self.get_query_argument("agent_id", "general")
+            conversation = None
+        agent = await store.agents.get_visible(agent_id, self.member)
+        if agent is None:
+            raise NotFound("No such agent.", code="agent_not_found")
+        if conversation is None:
+            from kaizen_server_extension.store.records import ConversationRecord
+
+            now = datetime.now(UTC)
+            conversation = ConversationRecord("", self.member, agent.id, "", False, 1, 0,
+                                              (self.member,), now, now)
+        catalog = self.kaizen.tools.catalog(agent=agent, conversation=conversation,
+                                            member=self.member)
+        self.write_json({"digest": catalog.digest, "tools": [
+            {"name": t.name, "description": t.description, "parameters": t.parameters,
+             "capability": t.capability.value} for t in catalog.advertised
+        ], "deferred": list(catalog.deferred)})
 
 
 class MemberSettingsHandler(KaizenHandler):
@@ -164,7 +222,7 @@ def _int_arg(handler: KaizenHandler, name: str, fallback: int, *, minimum: int,
 PREFIX = r"/kaizen/api"
 
 
-def routes() -> list[tuple[str, type[KaizenHandler]]]:
+def routes() -> list[tuple[str, type[web.RequestHandler]]]:
     return [
         (rf"{PREFIX}/openapi\.json", OpenAPIHandler),
         (rf"{PREFIX}/agents", AgentsHandler),
@@ -175,7 +233,12 @@ def routes() -> list[tuple[str, type[KaizenHandler]]]:
         (rf"{PREFIX}/conversations/({ID})/participants/({MEMBER})", ParticipantHandler),
         (rf"{PREFIX}/conversations/({ID})/messages", MessagesHandler),
         (rf"{PREFIX}/conversations/({ID})/journal", JournalHandler),
+        (rf"{PREFIX}/conversations/({ID})/events", ConversationEventsHandler),
         (rf"{PREFIX}/runs/({ID})", RunHandler),
+        (rf"{PREFIX}/runs/({ID})/cancel", RunCancelHandler),
+        (rf"{PREFIX}/approvals", ApprovalsHandler),
+        (rf"{PREFIX}/approvals/({ID})", ApprovalHandler),
+        (rf"{PREFIX}/tools", ToolsHandler),
         (rf"{PREFIX}/members/me", MeHandler),
         (rf"{PREFIX}/members/me/settings", MemberSettingsHandler),
     ]

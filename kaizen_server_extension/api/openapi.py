@@ -74,7 +74,8 @@ def _model_schemas(*models: type[BaseModel]) -> dict[str, Any]:
 def openapi_document() -> dict[str, Any]:
     conv_id, run_id = _path_param("conversation_id"), _path_param("run_id")
     components = _model_schemas(schemas.CreateConversation, schemas.AddParticipant,
-                                schemas.PostMessage, schemas.MemberSettings)
+                                schemas.PostMessage, schemas.MemberSettings,
+                                schemas.ApprovalDecision)
     components.update({
         "Error": {"type": "object", "required": ["error"], "properties": {"error": {
             "type": "object", "required": ["code", "message"],
@@ -130,6 +131,30 @@ def openapi_document() -> dict[str, Any]:
                                                                    "never_ask"]},
                                         "model": {"type": ["string", "null"]},
                                         "default_model": {"type": ["string", "null"]}}},
+        "ApprovalView": {"type": "object",
+                         "required": ["id", "run_id", "tool", "status", "arguments"],
+                         "properties": {"id": {"type": "string"},
+                                        "run_id": {"type": "string"},
+                                        "conversation_id": {"type": "string"},
+                                        "tool": {"type": "string"},
+                                        "capability": {"type": "string"},
+                                        "arguments": {"type": "object"},
+                                        "args_digest": {"type": "string"},
+                                        "status": {"type": "string"},
+                                        "created_at": {"type": "string"}}},
+        "Catalog": {"type": "object", "required": ["digest", "tools"],
+                    "properties": {"digest": {"type": "string"},
+                                   "tools": {"type": "array", "items": {"type": "object"}},
+                                   "deferred": {"type": "array",
+                                                "items": {"type": "string"}}}},
+        "EventFrame": {"allOf": [_ref("Event"), {
+            "type": "object", "required": ["live"], "properties": {"live": {"const": False}}}]},
+        "LiveFrame": {"type": "object",
+                      "required": ["type", "live", "conversation_id", "run_id", "data"],
+                      "properties": {"type": {"type": "string"}, "live": {"const": True},
+                                     "conversation_id": {"type": "string"},
+                                     "run_id": {"type": ["string", "null"]},
+                                     "data": {"type": "object"}}},
         "Me": {"type": "object", "required": ["member", "admin"],
                "properties": {"member": {"type": "string"}, "admin": {"type": "boolean"}}},
     })
@@ -175,9 +200,45 @@ def openapi_document() -> dict[str, Any]:
             params=[conv_id, _query_int("after", "Return events with seq greater than this"),
                     _query_int("limit", "At most this many events (1-1000, default 100)")],
             op_id="readJournal")},
+        # A websocket: OpenAPI cannot describe frames, so the handshake is documented and the
+        # frame shapes are the EventFrame and LiveFrame components.
+        "/kaizen/api/conversations/{conversation_id}/events": {"get": _op(
+            "Websocket of the conversation's journal: EventFrame (live=false) in seq order "
+            "from after+1 with no gap or duplicate, then as appended; LiveFrame (live=true) "
+            "for live-only events. Closes with 4404 when the member stops being a "
+            "participant. Closing it cancels nothing; reconnect with after=<last seq>.",
+            {"101": {"description": "Switching Protocols (websocket)"},
+             **_errors(400, 404)},
+            params=[conv_id, _query_int("after", "Send events with seq greater than this "
+                                                 "(default 0)")],
+            op_id="streamEvents")},
         "/kaizen/api/runs/{run_id}": {"get": _op(
             "One run", {**_ok("Run", _ref("Run")), **_errors(404)}, params=[run_id],
             op_id="getRun")},
+        "/kaizen/api/runs/{run_id}/cancel": {"post": _op(
+            "Cancel a run; it settles cancelled exactly once",
+            {**_ok("Cancelled", _ref("Run"), "202"), **_errors(404, 409)}, params=[run_id],
+            op_id="cancelRun")},
+        "/kaizen/api/approvals": {"get": _op(
+            "The member's approval requests",
+            {**_ok("Approvals", {"type": "array", "items": _ref("ApprovalView")}),
+             **_errors(400)},
+            params=[{"name": "status", "in": "query", "required": False,
+                     "schema": {"enum": ["pending", "approved", "denied", "consumed"]}}],
+            op_id="listApprovals")},
+        "/kaizen/api/approvals/{approval_id}": {"post": _op(
+            "Decide an approval request once; a second decision is a conflict",
+            {**_ok("Decided", {"type": "object"}), **_errors(404, 409, 422)},
+            body="ApprovalDecision", params=[_path_param("approval_id")],
+            op_id="decideApproval")},
+        "/kaizen/api/tools": {"get": _op(
+            "The tool catalog this member and agent would get",
+            {**_ok("Catalog", _ref("Catalog")), **_errors(404)},
+            params=[{"name": "conversation_id", "in": "query", "required": False,
+                     "schema": {"type": "string"}},
+                    {"name": "agent_id", "in": "query", "required": False,
+                     "schema": {"type": "string"}}],
+            op_id="listTools")},
         "/kaizen/api/members/me": {"get": _op(
             "Who the caller is", {**_ok("Me", _ref("Me")), **_errors()}, op_id="getMe")},
         "/kaizen/api/members/me/settings": {

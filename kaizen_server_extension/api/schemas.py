@@ -42,6 +42,12 @@ class MemberSettings(BaseModel):
     model: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
 
 
+class ApprovalDecision(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    decision: Literal["approve", "deny"]
+
+
 class ErrorDetail(BaseModel):
     code: str
     message: str

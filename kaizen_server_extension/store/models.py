@@ -261,3 +261,60 @@ class AuditEvent(Base):
     data: Mapped[dict[str, Any]] = mapped_column()
 
     __table_args__ = (Index("ix_audit_events_conversation", "conversation_id"),)
+
+
+APPROVAL_STATUSES = ("pending", "approved", "denied", "consumed")
+
+
+class Approval(Base):
+    """A tool call waiting for the member's decision; decisions and receipts are one-shot."""
+
+    __tablename__ = "approvals"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    conversation_id: Mapped[str] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE")
+    )
+    member: Mapped[str] = mapped_column(ForeignKey("members.id"))
+    tool: Mapped[str] = mapped_column(String(200))
+    capability: Mapped[str] = mapped_column(String(20))
+    args_digest: Mapped[str] = mapped_column(String(64))
+    arguments: Mapped[dict[str, Any]] = mapped_column()
+    status: Mapped[str] = mapped_column(String(16), server_default="pending")
+    decided_by: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    decided_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    consumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        CheckConstraint(_in("status", APPROVAL_STATUSES), name="status"),
+        CheckConstraint("(status = 'pending') = (decided_at IS NULL)", name="decided"),
+        CheckConstraint("(status = 'consumed') = (consumed_at IS NOT NULL)", name="consumed"),
+        Index("ix_approvals_member_status", "member", "status"),
+        Index("ix_approvals_run_digest", "run_id", "args_digest"),
+    )
+
+
+class ToolPolicy(Base):
+    """Admin policy: a tool denied for one member or (member ``*``) for everyone."""
+
+    __tablename__ = "tool_policies"
+
+    tool: Mapped[str] = mapped_column(String(200), primary_key=True)
+    member: Mapped[str] = mapped_column(String(200), primary_key=True)
+    allowed: Mapped[bool] = mapped_column(Boolean)
+    updated_by: Mapped[str] = mapped_column(String(200))
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class TokenUsage(Base):
+    """Model tokens per member per UTC day (LLM_PER_USER_DAILY_TOKENS)."""
+
+    __tablename__ = "token_usage"
+
+    member: Mapped[str] = mapped_column(ForeignKey("members.id"), primary_key=True)
+    day: Mapped[str] = mapped_column(String(10), primary_key=True)
+    tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
+
+    __table_args__ = (CheckConstraint("tokens >= 0", name="tokens"),)

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import and_, func, select, update
+from sqlalchemy import text as sql_text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -32,6 +33,16 @@ from kaizen_server_extension.store.records import (
 )
 
 EventListener = Callable[[Sequence[EventRecord]], None]
+
+# Other server processes on the same PostgreSQL database learn of appends on this channel
+# (events/wire.py decodes it). Sent inside the appending transaction, so PostgreSQL delivers
+# it exactly when the append commits, and never for a rolled-back one.
+JOURNAL_CHANNEL = "kaizen_journal"
+_NOTIFY_APPENDED = sql_text(
+    "SELECT pg_notify(:channel, json_build_object("
+    "'n', current_schema(), 'c', CAST(:conversation_id AS text), 's', CAST(:seq AS bigint)"
+    ")::text)"
+)
 
 
 def utcnow() -> datetime:
@@ -82,6 +93,9 @@ class Tx:
                 actor=actor, at=at, data=data,
             )
         )
+        if self.session.get_bind().dialect.name == "postgresql":
+            await self.session.execute(_NOTIFY_APPENDED, {
+                "channel": JOURNAL_CHANNEL, "conversation_id": conversation_id, "seq": seq})
         record = EventRecord(conversation_id, seq, run_id, type, actor, at, data)
         self.appended.append(record)
         return record
@@ -347,6 +361,21 @@ class JournalRepository(_Repository):
                                 r.data) for r in rows]
 
 
+    async def exchanges(self, conversation_id: str) -> list[EventRecord]:
+        """Accepted inputs and committed answers, in order: what model context is built from.
+        Trusted callers only (the lane); member reads go through :meth:`read`."""
+        async with self.store.transaction() as tx:
+            rows = (await tx.session.execute(
+                select(m.JournalEvent)
+                .where(m.JournalEvent.conversation_id == conversation_id,
+                       m.JournalEvent.type.in_(("input.accepted", "steering.accepted",
+                                                "answer.committed")))
+                .order_by(m.JournalEvent.seq)
+            )).scalars().all()
+            return [EventRecord(r.conversation_id, r.seq, r.run_id, r.type, r.actor, r.at,
+                                r.data) for r in rows]
+
+
 class InputRepository(_Repository):
     async def accept(self, conversation_id: str, member: str, text: str, *, kind: str,
                      idempotency_key: str | None) -> AcceptedInputRecord:
@@ -430,6 +459,26 @@ class InputRepository(_Repository):
 
 
 class RunRepository(_Repository):
+    async def admission_facts(self, run_id: str) -> tuple[RunRecord, str, str | None]:
+        """A run with its input's text and the model fixed at acceptance (trusted callers)."""
+        async with self.store.transaction() as tx:
+            row = (await tx.session.execute(
+                select(m.Run, m.AcceptedInput.text, m.AcceptedInput.model)
+                .join(m.AcceptedInput, m.AcceptedInput.id == m.Run.input_id)
+                .where(m.Run.id == run_id)
+            )).first()
+            if row is None:
+                raise NotFound("No such run.", code="run_not_found")
+            return run_record(row[0]), row[1], row[2]
+
+    async def conversation_of(self, conversation_id: str) -> ConversationRecord:
+        """A conversation without a member check (trusted callers only)."""
+        async with self.store.transaction() as tx:
+            conv = await tx.session.get(m.Conversation, conversation_id)
+            if conv is None:
+                raise NotFound("No such conversation.", code="conversation_not_found")
+            return await self.store.conversations._record(tx, conv)
+
     async def get_for(self, run_id: str, member: str) -> RunRecord:
         """A run of a conversation the member participates in; otherwise NotFound."""
         async with self.store.transaction() as tx:

@@ -1,0 +1,124 @@
+"""The trusted side of :class:`HostPort` for one admitted run.
+
+Every call first compares the presented bundle with the admitted one, field by field; any
+difference is rejected, not reconciled (R-007). Durable trace events are journaled only
+while the run is still ours (status active, fence unchanged), in the same transaction as
+that check.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+from kaizen_server_extension.runtime.port import (
+    AuthorityBundle,
+    AuthorityRejected,
+    RunCancelled,
+    StepEvent,
+    StepSnapshot,
+    TerminalOutcome,
+    ToolCallRequest,
+    ToolCallResult,
+    TraceEvent,
+)
+from kaizen_server_extension.store.runs import RunLane
+from kaizen_server_extension.store.store import Store
+
+log = logging.getLogger("kaizen.lanes")
+
+#: Trace kinds that are shown live but never stored (API.md: live only).
+LIVE_ONLY = frozenset({"answer.delta", "thinking.delta"})
+
+ModelStream = Callable[[StepSnapshot], AsyncIterator[StepEvent]]
+ToolCaller = Callable[[AuthorityBundle, ToolCallRequest], Awaitable[ToolCallResult]]
+LivePublisher = Callable[[str, str, dict[str, Any]], None]
+
+
+class RunHost:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        lane: RunLane,
+        bundle: AuthorityBundle,
+        model_stream: ModelStream,
+        call_tool: ToolCaller,
+        publish_live: LivePublisher,
+        lease: timedelta,
+        lease_owner: str,
+    ) -> None:
+        self._store = store
+        self._lane = lane
+        self._admitted = bundle
+        self._model_stream = model_stream
+        self._call_tool = call_tool
+        self._publish_live = publish_live
+        self._lease = lease
+        self.lease_owner = lease_owner
+
+    def _verify(self, bundle: AuthorityBundle) -> None:
+        differing = self._admitted.differing_fields(bundle)
+        if differing:
+            log.warning("run %s: rejected a call whose authority bundle differs in %s",
+                        self._admitted.run_id, ", ".join(differing))
+            raise AuthorityRejected(differing)
+
+    # --- HostPort ---------------------------------------------------------------------
+
+    async def model_step(self, bundle: AuthorityBundle,
+                         snapshot: StepSnapshot) -> AsyncIterator[StepEvent]:
+        self._verify(bundle)
+        async for event in self._model_stream(snapshot):
+            yield event
+
+    async def call_tool(self, bundle: AuthorityBundle,
+                        request: ToolCallRequest) -> ToolCallResult:
+        self._verify(bundle)
+        result = await self._call_tool(bundle, request)
+        await self._journal(bundle, "tool.settled", {
+            "step": request.step, "call_id": result.call_id, "name": result.name,
+            "outcome": result.outcome.value, "capability": result.capability.value,
+            "failure_domain": result.failure_domain.value, "content": result.content,
+            "closes_turn": result.closes_turn,
+        })
+        return result
+
+    async def publish(self, bundle: AuthorityBundle, event: TraceEvent) -> None:
+        self._verify(bundle)
+        data = dict(event.data)
+        if event.kind in LIVE_ONLY:
+            self._publish_live(bundle.conversation_id, event.kind,
+                               {"run_id": bundle.run_id, **data})
+            return
+        await self._journal(bundle, event.kind, data,
+                            steps=1 if event.kind == "model.step.started" else 0,
+                            tool_calls=1 if event.kind == "tool.requested" else 0)
+
+    async def publish_terminal(self, bundle: AuthorityBundle,
+                               outcome: TerminalOutcome) -> bool:
+        self._verify(bundle)
+        data: dict[str, Any] = {}
+        if outcome.answer and outcome.status.value != "completed":
+            data["message"] = outcome.answer  # the member-facing fallback sentence
+        return await self._lane.settle(bundle.run_id, outcome.status.value, outcome.reason,
+                                       bundle.member, fence=bundle.fence, data=data)
+
+    async def heartbeat(self, bundle: AuthorityBundle) -> None:
+        self._verify(bundle)
+        if not await self._lane.extend_lease(bundle.run_id, bundle.fence, self._lease):
+            raise RunCancelled()
+
+    # --- helpers ----------------------------------------------------------------------
+
+    async def _journal(self, bundle: AuthorityBundle, kind: str, data: dict[str, Any], *,
+                       steps: int = 0, tool_calls: int = 0) -> None:
+        async with self._store.transaction() as tx:
+            conversation = await self._lane.check_live(tx, bundle.run_id, bundle.fence,
+                                                       steps=steps, tool_calls=tool_calls)
+            if conversation is None:
+                raise RunCancelled()
+            await tx.append_event(conversation, kind, bundle.member, data,
+                                  run_id=bundle.run_id)

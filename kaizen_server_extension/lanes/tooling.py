@@ -1,0 +1,178 @@
+"""The tool side of a run: freeze the catalog at admission, run calls through the pipeline.
+
+This is where the registry, the guarded pipeline and the store-backed ports meet. The
+controller sees only ``HostPort.call_tool``; everything here runs in the trusted backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kaizen_server_extension.lanes.host import ToolCaller
+from kaizen_server_extension.lanes.service import FrozenTools
+from kaizen_server_extension.policy.errors import ApprovalPending
+from kaizen_server_extension.runtime.port import (
+    AuthorityBundle,
+    Capability,
+    RunCancelled,
+    ToolCallRequest,
+    ToolCallResult,
+    ToolOutcome,
+)
+from kaizen_server_extension.store.policy import (
+    StoreApprovalModes,
+    StoreApprovals,
+    StoreAudit,
+    StoreAuthority,
+    StorePermissions,
+)
+from kaizen_server_extension.store.records import AgentRecord, ConversationRecord
+from kaizen_server_extension.store.store import Store
+from kaizen_server_extension.tools.catalog import FrozenCatalog, freeze_catalog
+from kaizen_server_extension.tools.metrics import ToolMetrics
+from kaizen_server_extension.tools.pipeline import ToolPipeline
+from kaizen_server_extension.tools.registry import ToolRegistry
+from kaizen_server_extension.tools.types import RegisteredTool
+
+log = logging.getLogger("kaizen.tools")
+
+#: How often a waiting call looks at its approval row; decisions also arrive over REST in
+#: another process, so the row, not an in-process signal, is the authority.
+APPROVAL_POLL_S = 0.25
+
+
+@dataclass
+class RunToolContext:
+    """What a tool implementation sees: the member it acts for and named services."""
+
+    bundle: AuthorityBundle
+    services: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def member(self) -> str:
+        return self.bundle.member
+
+
+class AgentRoster:
+    """``ctx.services["agents"]`` for the roster tool: the member-visible agents."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def visible_to(self, member: str) -> list[dict[str, Any]]:
+        return [a.public() for a in await self._store.agents.list_visible(member)]
+
+
+class PipelineToolBackend:
+    def __init__(
+        self,
+        store: Store,
+        registry: ToolRegistry,
+        *,
+        discovery_enabled: bool,
+        authorize: Callable[[str, str], bool] | None = None,
+        metrics: ToolMetrics | None = None,
+    ) -> None:
+        self._store = store
+        self._registry = registry
+        self._discovery = discovery_enabled
+        self.permissions = StorePermissions(store, authorize)
+        self._metrics = metrics
+        self._services: dict[str, Any] = {"agents": AgentRoster(store)}
+        capability_of = {d.name: d.capability.value for d in registry.descriptors()}
+        self.approvals = StoreApprovals(store, capability_of)
+
+    def catalog(self, *, agent: AgentRecord, conversation: ConversationRecord, member: str,
+                request_text: str = "") -> FrozenCatalog:
+        return freeze_catalog(
+            self._registry.descriptors(),
+            agent_ceiling=set(agent.tool_ceiling),
+            room_shared=conversation.shared,
+            roster_is_only_initiator=conversation.participants == (member,),
+            discovery_enabled=self._discovery,
+            member_request=request_text,
+        )
+
+    def freeze(self, *, agent: AgentRecord, conversation: ConversationRecord, member: str,
+               request_text: str) -> FrozenTools:
+        catalog = self.catalog(agent=agent, conversation=conversation, member=member,
+                               request_text=request_text)
+        return FrozenTools(advertised=catalog.first_step, digest=catalog.digest,
+                           required_tool=catalog.required_tool, catalog=catalog)
+
+    def caller(self, *, bundle: AuthorityBundle, tools: FrozenTools,
+               cancelled: asyncio.Event) -> ToolCaller:
+        catalog = tools.catalog
+        assert isinstance(catalog, FrozenCatalog)
+        registered_tools: dict[str, RegisteredTool] = {}
+        for name in catalog.names:
+            registered = self._registry.get(name)
+            if registered is not None:
+                registered_tools[name] = registered
+
+        services = {**self._services, "catalog": catalog,
+                    "callable_tools": frozenset(t.name for t in tools.advertised)}
+
+        async def execute(tool: RegisteredTool, run_bundle: AuthorityBundle,
+                          arguments: Mapping[str, Any], /) -> object:
+            context = RunToolContext(run_bundle, services)
+            return await tool.impl(context, **arguments)
+
+        store = self._store
+
+        async def roster_is_only_initiator(run_bundle: AuthorityBundle, /) -> bool:
+            conversation = await store.runs.conversation_of(run_bundle.conversation_id)
+            return conversation.participants == (run_bundle.member,)
+
+        pipeline = ToolPipeline(
+            tools=registered_tools,
+            ceiling=catalog.names,
+            authority=StoreAuthority(store, bundle),
+            permissions=self.permissions,
+            approval_modes=StoreApprovalModes(store),
+            approvals=self.approvals,
+            executor=execute,
+            roster_is_only_initiator=roster_is_only_initiator,
+            audit=StoreAudit(store),
+            metrics=self._metrics,
+            cancelled=cancelled,
+        )
+
+        async def call(run_bundle: AuthorityBundle, request: ToolCallRequest) -> ToolCallResult:
+            while True:
+                try:
+                    return await pipeline.run(run_bundle, request)
+                except ApprovalPending as pending:
+                    decision = await self._await_decision(pending.approval_id, cancelled)
+                    if decision == "denied":
+                        return _declined(request, catalog)
+                    # Approved: run the call again; the pipeline consumes the one-shot
+                    # receipt and reruns every guardrail before executing (R-238).
+
+        return call
+
+    async def _await_decision(self, approval_id: str, cancelled: asyncio.Event) -> str:
+        while True:
+            status = await self.approvals.status(approval_id)
+            if status in ("approved", "denied", "consumed", "missing"):
+                return "denied" if status in ("denied", "missing") else "approved"
+            if cancelled.is_set():
+                raise RunCancelled()
+            await asyncio.sleep(APPROVAL_POLL_S)
+
+
+def _declined(request: ToolCallRequest, catalog: FrozenCatalog) -> ToolCallResult:
+    descriptor = catalog.descriptors.get(request.name)
+    capability = descriptor.capability if descriptor else Capability.UNDECLARED
+    return ToolCallResult(
+        call_id=request.call_id, name=request.name, outcome=ToolOutcome.ERROR,
+        content="The member declined this call. Do not call it again; answer with what you "
+                "have, or explain what you would need.",
+        capability=capability,
+    )
+
+

@@ -1,0 +1,212 @@
+"""Run rows: claim with a fence, lease, compare-and-set terminal, cancel, recovery.
+
+Every state change is a conditional UPDATE whose WHERE clause states what must still be true;
+the caller whose UPDATE touched the row acts, everyone else stands down (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from kaizen_server_extension.errors import Conflict, NotFound
+from kaizen_server_extension.store import models as m
+from kaizen_server_extension.store.records import RunRecord
+from kaizen_server_extension.store.store import Store, Tx, run_record, utcnow
+
+ACTIVE = m.ACTIVE_RUN_STATUSES
+OPEN = ("queued", *m.ACTIVE_RUN_STATUSES)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The authority bundle columns written when a claimed run is admitted."""
+
+    agent_version_id: str
+    audience_version: int
+    resource_digest: str
+    catalog_digest: str
+    model: str | None
+
+
+class RunLane:
+    """Database side of the room lane."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def queued_rooms(self) -> list[str]:
+        async with self.store.transaction() as tx:
+            rows = await tx.session.execute(
+                select(m.Run.conversation_id).where(m.Run.status == "queued").distinct()
+            )
+            return [r[0] for r in rows]
+
+    async def claim_next(self, conversation_id: str, owner: str,
+                         lease: timedelta) -> RunRecord | None:
+        """Claim the room's oldest queued run, or None when the room is busy or idle.
+
+        The partial unique index on active runs makes a second claim fail in the database,
+        even from another server process (R-024, R-027).
+        """
+        try:
+            async with self.store.transaction() as tx:
+                next_id = (await tx.session.execute(
+                    select(m.Run.id)
+                    .where(m.Run.conversation_id == conversation_id, m.Run.status == "queued")
+                    .order_by(m.Run.input_position)
+                    .limit(1)
+                )).scalar_one_or_none()
+                if next_id is None:
+                    return None
+                now = utcnow()
+                claimed = (await tx.session.execute(
+                    update(m.Run)
+                    .where(m.Run.id == next_id, m.Run.status == "queued")
+                    .values(status="running", fence=m.Run.fence + 1, lease_owner=owner,
+                            lease_expires_at=now + lease, started_at=now)
+                    .returning(m.Run)
+                )).scalar_one_or_none()
+                return run_record(claimed) if claimed is not None else None
+        except IntegrityError:
+            return None  # another run of this room is active
+
+    async def admit(self, run_id: str, fence: int, admission: Admission,
+                    event_data: dict[str, Any]) -> bool:
+        """Record the authority bundle and journal ``run.admitted``; False if fenced out."""
+        async with self.store.transaction() as tx:
+            row = (await tx.session.execute(
+                update(m.Run)
+                .where(m.Run.id == run_id, m.Run.fence == fence, m.Run.status.in_(ACTIVE))
+                .values(agent_version_id=admission.agent_version_id,
+                        audience_version=admission.audience_version,
+                        resource_digest=admission.resource_digest,
+                        catalog_digest=admission.catalog_digest, model=admission.model)
+                .returning(m.Run.conversation_id, m.Run.member)
+            )).first()
+            if row is None:
+                return False
+            await tx.append_event(row[0], "run.admitted", row[1], event_data, run_id=run_id)
+            return True
+
+    async def check_live(self, tx: Tx, run_id: str, fence: int, *, steps: int = 0,
+                         tool_calls: int = 0) -> str | None:
+        """Inside ``tx``: the run's conversation id while it is still ours, else None.
+
+        The UPDATE also locks the row on PostgreSQL, so a cancel cannot slip in between
+        this check and the journal write that follows it in the same transaction.
+        """
+        return (await tx.session.execute(
+            update(m.Run)
+            .where(m.Run.id == run_id, m.Run.fence == fence, m.Run.status.in_(ACTIVE))
+            .values(steps=m.Run.steps + steps, tool_calls=m.Run.tool_calls + tool_calls)
+            .returning(m.Run.conversation_id)
+        )).scalar_one_or_none()
+
+    async def extend_lease(self, run_id: str, fence: int, lease: timedelta) -> bool:
+        async with self.store.transaction() as tx:
+            row = (await tx.session.execute(
+                update(m.Run)
+                .where(m.Run.id == run_id, m.Run.fence == fence, m.Run.status.in_(ACTIVE))
+                .values(lease_expires_at=utcnow() + lease)
+                .returning(m.Run.id)
+            )).scalar_one_or_none()
+            return row is not None
+
+    async def settle(self, run_id: str, status: str, reason: str, actor: str, *,
+                     fence: int | None = None, data: dict[str, Any] | None = None,
+                     tx: Tx | None = None) -> bool:
+        """Compare-and-set the one terminal status and journal ``run.terminal`` with it."""
+        if status not in m.TERMINAL_RUN_STATUSES:
+            raise ValueError(f"not a terminal status: {status}")
+        if tx is None:
+            async with self.store.transaction() as own:
+                return await self.settle(run_id, status, reason, actor, fence=fence,
+                                         data=data, tx=own)
+        condition = [m.Run.id == run_id, m.Run.status.in_(OPEN)]
+        if fence is not None:
+            condition.append(m.Run.fence == fence)
+        row = (await tx.session.execute(
+            update(m.Run).where(*condition)
+            .values(status=status, reason=reason, settled_at=utcnow(), lease_owner=None,
+                    lease_expires_at=None)
+            .returning(m.Run.conversation_id)
+        )).scalar_one_or_none()
+        if row is None:
+            return False
+        await tx.append_event(row, "run.terminal", actor,
+                              {"status": status, "reason": reason, **(data or {})},
+                              run_id=run_id)
+        return True
+
+    async def cancel(self, run_id: str, member: str) -> RunRecord:
+        """Cancel a run of a room the member participates in; 409 when already settled."""
+        run = await self.store.runs.get_for(run_id, member)
+        if run.status in m.TERMINAL_RUN_STATUSES:
+            raise Conflict("The run has already finished.", code="run_already_settled")
+        settled = await self.settle(run_id, "cancelled", "cancelled_by_member", member)
+        if not settled:
+            raise Conflict("The run has already finished.", code="run_already_settled")
+        return await self.store.runs.get_for(run_id, member)
+
+    async def status(self, run_id: str) -> tuple[str, int]:
+        async with self.store.transaction() as tx:
+            row = (await tx.session.execute(
+                select(m.Run.status, m.Run.fence).where(m.Run.id == run_id)
+            )).first()
+            if row is None:
+                raise NotFound("No such run.", code="run_not_found")
+            return str(row[0]), int(row[1])
+
+    async def stale_runs(self, now: datetime | None = None) -> list[RunRecord]:
+        """Active runs whose lease ran out: their holder died or lost the database."""
+        async with self.store.transaction() as tx:
+            rows = (await tx.session.execute(
+                select(m.Run).where(m.Run.status.in_(ACTIVE),
+                                    m.Run.lease_expires_at < (now or utcnow()))
+            )).scalars().all()
+            return [run_record(r) for r in rows]
+
+    async def recover(self, run: RunRecord, actor: str) -> bool:
+        """Settle a stale run once: bump the fence so its old holder's writes match nothing,
+        rebuild each dispatched-but-unfinished tool call as an error result (R-264), and
+        end the run ``failed`` as interrupted."""
+        async with self.store.transaction() as tx:
+            bumped = (await tx.session.execute(
+                update(m.Run)
+                .where(m.Run.id == run.id, m.Run.fence == run.fence,
+                       m.Run.status.in_(ACTIVE), m.Run.lease_expires_at < utcnow())
+                .values(fence=m.Run.fence + 1)
+                .returning(m.Run.fence)
+            )).scalar_one_or_none()
+            if bumped is None:
+                return False
+            events = (await tx.session.execute(
+                select(m.JournalEvent.type, m.JournalEvent.data)
+                .where(m.JournalEvent.conversation_id == run.conversation_id,
+                       m.JournalEvent.run_id == run.id,
+                       m.JournalEvent.type.in_(("tool.requested", "tool.settled")))
+                .order_by(m.JournalEvent.seq)
+            )).all()
+            open_calls: dict[str, str] = {}
+            for kind, data in events:
+                call_id = str(data.get("call_id", ""))
+                if kind == "tool.requested":
+                    open_calls[call_id] = str(data.get("name", ""))
+                else:
+                    open_calls.pop(call_id, None)
+            for call_id, name in open_calls.items():
+                await tx.append_event(
+                    run.conversation_id, "tool.settled", actor,
+                    {"call_id": call_id, "name": name, "outcome": "error",
+                     "reason": "interrupted", "rebuilt": True,
+                     "content": "The server stopped while this call was running; its "
+                                "outcome is unknown."},
+                    run_id=run.id,
+                )
+            return await self.settle(run.id, "failed", "interrupted", actor, fence=bumped,
+                                     data={"dangling_calls": len(open_calls)}, tx=tx)

@@ -1,0 +1,108 @@
+"""Per-member daily token accounting (LLM_PER_USER_DAILY_TOKENS).
+
+With a positive cap, the check, the model call and the usage row run under one per-member
+lock: ``SELECT … FOR UPDATE`` on the member's usage row on PostgreSQL (so server replicas
+serialize too), an in-process lock on SQLite, which is single-process by design. The lock is
+released on every exit path — success, provider error, cancellation — because it is a
+transaction or a context manager, never a flag. With the cap at 0 there is no lock and no
+lookup; usage is still recorded after the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from kaizen_server_extension.store import models as m
+from kaizen_server_extension.store.store import Store, Tx
+
+
+class DailyTokenCapReached(Exception):
+    """The member used their daily token allowance."""
+
+
+@dataclass
+class Meter:
+    """Collects the tokens of one guarded model call."""
+
+    tokens: int = 0
+
+    def add(self, tokens: int) -> None:
+        self.tokens += max(0, tokens)
+
+
+def today() -> str:
+    return datetime.now(UTC).date().isoformat()
+
+
+class UsageLedger:
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._local_locks: dict[str, asyncio.Lock] = {}
+
+    @asynccontextmanager
+    async def guard(self, member: str, cap: int) -> AsyncIterator[Meter]:
+        meter = Meter()
+        if cap <= 0:
+            yield meter
+            await self._add(member, meter.tokens)
+            return
+        if self._store.engine.dialect.name == "postgresql":
+            async with self._store.transaction() as tx:
+                await self._ensure_row(member)
+                used = (await tx.session.execute(
+                    select(m.TokenUsage.tokens)
+                    .where(m.TokenUsage.member == member, m.TokenUsage.day == today())
+                    .with_for_update()
+                )).scalar_one()
+                if used >= cap:
+                    raise DailyTokenCapReached()
+                yield meter
+                await self._increment(tx, member, meter.tokens)
+            return
+        lock = self._local_locks.setdefault(member, asyncio.Lock())
+        async with lock:
+            if await self.used(member) >= cap:
+                raise DailyTokenCapReached()
+            try:
+                yield meter
+            finally:
+                await self._add(member, meter.tokens)
+
+    async def used(self, member: str) -> int:
+        async with self._store.transaction() as tx:
+            value = (await tx.session.execute(
+                select(m.TokenUsage.tokens)
+                .where(m.TokenUsage.member == member, m.TokenUsage.day == today())
+            )).scalar_one_or_none()
+            return int(value or 0)
+
+    async def _ensure_row(self, member: str) -> None:
+        try:
+            async with self._store.transaction() as tx:
+                if await tx.session.get(m.TokenUsage, (member, today())) is None:
+                    tx.session.add(m.TokenUsage(member=member, day=today(), tokens=0))
+        except IntegrityError:
+            pass  # created concurrently: fine
+
+    async def _add(self, member: str, tokens: int) -> None:
+        if tokens <= 0:
+            return
+        await self._ensure_row(member)
+        async with self._store.transaction() as tx:
+            await self._increment(tx, member, tokens)
+
+    @staticmethod
+    async def _increment(tx: Tx, member: str, tokens: int) -> None:
+        if tokens > 0:
+            await tx.session.execute(
+                update(m.TokenUsage)
+                .where(m.TokenUsage.member == member, m.TokenUsage.day == today())
+                .values(tokens=m.TokenUsage.tokens + tokens)
+            )

@@ -1,0 +1,55 @@
+"""A real server wired to the fake OpenAI-compatible model server, per backend."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kaizen_server_extension.testing.fake_openai import FakeOpenAI
+from tests.conftest import BACKENDS, _database_for, drop_schema
+from tests.support.server import ServerProcess, start_server
+
+SCRIPTS: list[dict[str, Any]] = [
+    {"match": "say hello", "responses": [
+        {"thinking": "A greeting is enough.", "text": "Hello from the model.",
+         "usage": {"prompt_tokens": 11, "completion_tokens": 4}}]},
+    {"match": "who can help", "responses": [
+        {"tool_calls": [{"name": "list_available_agents", "arguments": {}}]},
+        {"text": "You can use General and Search."}]},
+    {"match": "slow answer", "responses": [
+        {"delay_ms": 4000, "text": "Finally."}]},
+    {"match": "queued", "responses": [
+        {"delay_ms": 150, "text": "Answered in order."}]},
+    {"match": "flaky provider", "responses": [
+        {"fail_times": 1, "error": {"status": 503}, "text": "Recovered after a retry."}]},
+    {"match": "broken request", "responses": [
+        {"error": {"status": 400, "body": {"error": {"message": "secret-ish provider text"}}}}]},
+    {"match": "tool outside ceiling", "responses": [
+        {"tool_calls": [{"name": "run_shell", "arguments": {"cmd": "id"}}]},
+        {"text": "I cannot run that."}]},
+    {"responses": [{"text": "Default answer."}]},
+]
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def model_server(request: pytest.FixtureRequest,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    # One fake per server: attempt counters (fail_times) must not leak between backends.
+    fake_model = FakeOpenAI(SCRIPTS)
+    request.addfinalizer(fake_model.close)
+    root = tmp_path_factory.mktemp(f"model-server-{request.param}")
+    url, schema = _database_for(str(request.param), root)
+    proc = start_server(root, url, schema, extra_env={
+        "KAIZEN_MODEL_BASE_URL": fake_model.base_url,
+        "KAIZEN_MODEL": "fake-model",
+        "AGENT_LOOP_MAX_CYCLES": "4",
+    })
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        if schema:
+            asyncio.run(drop_schema(schema))
