@@ -32,7 +32,11 @@ def create_engine(url: str, *, schema: str | None = None, echo: bool = False) ->
         database = make_url(url).database
         if database and database != ":memory:":
             Path(database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30})
+        # Every SQLite transaction takes the write lock (BEGIN IMMEDIATE below), so extra
+        # connections would only wait in SQLite's sleeping busy handler; one connection makes
+        # them queue fairly in the pool instead.
+        engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30},
+                                     pool_size=1, max_overflow=0, pool_timeout=60)
         _configure_sqlite(engine)
         return engine
     connect_args: dict[str, Any] = {}

@@ -7,6 +7,8 @@ receipt matches no row (DESIGN.md: one-shot approvals).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import or_, select, update
@@ -23,6 +25,53 @@ from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.store import Store, new_id, utcnow
 
 
+@dataclass(frozen=True, slots=True)
+class CallFacts:
+    """What one tool call's checks read, in one transaction at its authority check."""
+
+    run_id: str
+    member: str
+    status: str
+    fence: int
+    audience_version: int
+    approval_mode: str
+    # (tool, member or "*") -> allowed
+    policies: Mapping[tuple[str, str], bool]
+
+    def allowed(self, tool: str) -> bool:
+        # The member's own row overrides the everyone row; no row allows.
+        own = self.policies.get((tool, self.member))
+        if own is not None:
+            return own
+        return self.policies.get((tool, "*"), True)
+
+
+# The facts of the call being checked in this task. Each call's authority check reads them
+# afresh, so permissions and the approval mode are still resolved per call (R-005, R-204),
+# with one database round trip instead of three.
+_CURRENT_CALL: ContextVar[CallFacts | None] = ContextVar("kaizen_call_facts", default=None)
+
+
+async def read_call_facts(store: Store, run_id: str) -> CallFacts | None:
+    async with store.transaction() as tx:
+        row = (await tx.session.execute(
+            select(m.Run.status, m.Run.fence, m.Run.member, m.Conversation.audience_version,
+                   m.Member.approval_mode)
+            .join(m.Conversation, m.Conversation.id == m.Run.conversation_id)
+            .join(m.Member, m.Member.id == m.Run.member)
+            .where(m.Run.id == run_id)
+        )).first()
+        if row is None:
+            return None
+        status, fence, member, audience, mode = row
+        policies = (await tx.session.execute(
+            select(m.ToolPolicy.tool, m.ToolPolicy.member, m.ToolPolicy.allowed)
+            .where(or_(m.ToolPolicy.member == member, m.ToolPolicy.member == "*"))
+        )).all()
+    return CallFacts(run_id, member, status, fence, audience, mode,
+                     {(tool, who): bool(allowed) for tool, who, allowed in policies})
+
+
 class StoreAuthority:
     """Re-checks a bundle against the admitted one and the live run row (R-007, R-222)."""
 
@@ -34,27 +83,27 @@ class StoreAuthority:
         differing = self._admitted.differing_fields(bundle)
         if differing:
             raise AuthorityRejected(differing)
-        async with self._store.transaction() as tx:
-            row = (await tx.session.execute(
-                select(m.Run.status, m.Run.fence, m.Run.member, m.Conversation.audience_version)
-                .join(m.Conversation, m.Conversation.id == m.Run.conversation_id)
-                .where(m.Run.id == bundle.run_id)
-            )).first()
-        if row is None:
+        facts = await read_call_facts(self._store, bundle.run_id)
+        _CURRENT_CALL.set(facts)
+        if facts is None:
             raise AuthorityRejected(["run_id"])
-        status, fence, member, audience = row
         stale = []
-        if status not in m.ACTIVE_RUN_STATUSES:
+        if facts.status not in m.ACTIVE_RUN_STATUSES:
             stale.append("status")
-        if fence != bundle.fence:
+        if facts.fence != bundle.fence:
             stale.append("fence")
-        if member != bundle.member:
+        if facts.member != bundle.member:
             stale.append("member")
-        if audience != bundle.audience_version:
+        if facts.audience_version != bundle.audience_version:
             # The roster changed mid-turn: the admitted audience no longer holds.
             stale.append("audience_version")
         if stale:
             raise AuthorityRejected(stale)
+
+
+def _current_facts(member: str) -> CallFacts | None:
+    facts = _CURRENT_CALL.get()
+    return facts if facts is not None and facts.member == member else None
 
 
 class StorePermissions:
@@ -68,17 +117,17 @@ class StorePermissions:
     async def allowed(self, member: str, tool_name: str) -> bool:
         if self._authorize is not None and not self._authorize(member, tool_name):
             return False
+        facts = _current_facts(member)
+        if facts is not None:
+            return facts.allowed(tool_name)
         async with self._store.transaction() as tx:
             rows = (await tx.session.execute(
                 select(m.ToolPolicy.member, m.ToolPolicy.allowed)
                 .where(m.ToolPolicy.tool == tool_name,
                        or_(m.ToolPolicy.member == member, m.ToolPolicy.member == "*"))
             )).all()
-        # The member's own row overrides the everyone row.
-        decision = {who: allowed for who, allowed in rows}
-        if member in decision:
-            return bool(decision[member])
-        return bool(decision.get("*", True))
+        return CallFacts("", member, "", 0, 0, "",
+                         {(tool_name, who): bool(ok) for who, ok in rows}).allowed(tool_name)
 
     async def set_policy(self, tool: str, member: str, allowed: bool, admin: str) -> None:
         async with self._store.transaction() as tx:
@@ -97,6 +146,9 @@ class StoreApprovalModes:
         self._store = store
 
     async def mode_for(self, member: str) -> ApprovalMode:
+        facts = _current_facts(member)
+        if facts is not None:
+            return ApprovalMode(facts.approval_mode)
         record = await self._store.members.get(member)
         return ApprovalMode(record.approval_mode if record else "ask_for_writes")
 

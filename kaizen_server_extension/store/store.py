@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import and_, func, insert, select, update
 from sqlalchemy import text as sql_text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -87,12 +87,11 @@ class Tx:
             )
         ).scalar_one()
         at = utcnow()
-        self.session.add(
-            m.JournalEvent(
-                conversation_id=conversation_id, seq=seq, run_id=run_id, type=type,
-                actor=actor, at=at, data=data,
-            )
-        )
+        # A Core INSERT: no identity map or unit-of-work flush for an append-only row.
+        await self.session.execute(insert(m.JournalEvent).values(
+            conversation_id=conversation_id, seq=seq, run_id=run_id, type=type, actor=actor,
+            at=at, data=data,
+        ))
         if self.session.get_bind().dialect.name == "postgresql":
             await self.session.execute(_NOTIFY_APPENDED, {
                 "channel": JOURNAL_CHANNEL, "conversation_id": conversation_id, "seq": seq})

@@ -231,14 +231,15 @@ def catalog_digest(
 
 def _mentions(text: str, catalog: FrozenCatalog) -> list[tuple[int, str]]:
     """(position, name) of each exact authorized tool name in ``text``, first mention only."""
-    found: list[tuple[int, str]] = []
-    for name in catalog.descriptors:
-        if name == TOOL_SEARCH_NAME:
-            continue
-        match = re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text)
-        if match:
-            found.append((match.start(), name))
-    return sorted(found)
+    # One pass over the request's words instead of one regex per tool name: a word here is
+    # exactly what the name boundaries below delimit ([\w-]+).
+    names = catalog.descriptors
+    first: dict[str, int] = {}
+    for word in re.finditer(r"[\w-]+", text):
+        name = word.group()
+        if name in names and name != TOOL_SEARCH_NAME and name not in first:
+            first[name] = word.start()
+    return sorted((position, name) for name, position in first.items())
 
 
 def first_step_slot(text: str, catalog: FrozenCatalog) -> tuple[str, ...]:

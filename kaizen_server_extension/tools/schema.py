@@ -108,6 +108,14 @@ def schema_problem(schema: Any) -> str | None:
         raw = json.dumps(schema, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError):
         return "input schema is not JSON"
+    # Catalogs are frozen at every admission; the meta-schema check is the expensive part
+    # and depends only on the schema's canonical text.
+    return _schema_problem_of_text(raw)
+
+
+@functools.lru_cache(maxsize=8192)
+def _schema_problem_of_text(raw: str) -> str | None:
+    schema = json.loads(raw)
     if len(raw.encode()) > MAX_SCHEMA_BYTES:
         return f"input schema exceeds {MAX_SCHEMA_BYTES} bytes"
     if _depth(schema) > MAX_SCHEMA_DEPTH:
