@@ -1,0 +1,106 @@
+"""Each benchmark runs with a tiny ``--n`` on SQLite and prints well-formed JSON lines.
+
+Only the shape is checked: timing assertions never go into tests (DESIGN.md: Benchmarks).
+The four benches run concurrently as subprocesses to keep this module quick.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 90
+
+COMMON = {"bench", "db", "n"}
+PERCENTILES = {"p50_us", "p95_us", "baseline_p50_us", "ratio"}
+
+#: bench → (extra arguments, number of lines printed, keys every line carries)
+BENCHES: dict[str, tuple[list[str], int, set[str]]] = {
+    "pipeline_overhead": (["--n", "5"], 4, COMMON | PERCENTILES | {"variant", "call",
+                                                                   "overhead_p50_us"}),
+    "tool_search": (["--n", "10", "--tools", "200"], 2, COMMON | {"figure", "tools"}),
+    "runtime_overhead": (["--n", "3"], 3, COMMON | PERCENTILES | {"figure"}),
+    "turns_throughput": (["--n", "1", "--rooms", "3"], 1, COMMON | {
+        "rooms", "turns", "tool_calls_per_turn", "turns_per_s", "tool_calls_per_s",
+        "elapsed_s", "completed", "baseline_turns_per_s", "ratio"}),
+}
+
+FIGURE_KEYS: dict[tuple[str, str], set[str]] = {
+    ("tool_search", "index_build"): {"build_ms", "freeze_ms"},
+    ("tool_search", "query"): PERCENTILES | {"target_p50_us", "meets_target",
+                                             "queries_with_matches"},
+    ("runtime_overhead", "tool_call"): {"target_p50_us", "meets_target"},
+}
+
+
+@pytest.fixture(scope="module")
+def outputs() -> Iterator[dict[str, subprocess.CompletedProcess[str]]]:
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, str(ROOT / "bench" / f"{name}.py"), "--db", "sqlite", *args],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for name, (args, _, _) in BENCHES.items()
+    }
+    done: dict[str, subprocess.CompletedProcess[str]] = {}
+    try:
+        for name, proc in procs.items():
+            out, err = proc.communicate(timeout=TIMEOUT_S)
+            done[name] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+        yield done
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _lines(result: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    assert lines, "the bench printed nothing"
+    parsed = []
+    for line in lines:
+        value = json.loads(line)  # every line is one JSON object
+        assert isinstance(value, dict), line
+        parsed.append(value)
+    return parsed
+
+
+@pytest.mark.parametrize("bench", sorted(BENCHES))
+def test_bench_prints_one_json_object_per_figure(
+    bench: str, outputs: dict[str, subprocess.CompletedProcess[str]]
+) -> None:
+    _, expected_lines, keys = BENCHES[bench]
+    figures = _lines(outputs[bench])
+    assert len(figures) == expected_lines
+    for figure in figures:
+        assert figure["bench"] == bench
+        assert figure["db"] in ("sqlite", "none")
+        missing = keys - figure.keys()
+        extra = FIGURE_KEYS.get((bench, str(figure.get("figure"))), set())
+        missing |= extra - figure.keys()
+        assert not missing, f"{bench} line lacks {sorted(missing)}: {figure}"
+        assert "skipped" not in figure
+
+
+def test_pipeline_bench_covers_reads_and_writes_in_memory_and_on_the_store(
+    outputs: dict[str, subprocess.CompletedProcess[str]],
+) -> None:
+    seen = {(f["variant"], f["db"], f["call"]) for f in _lines(outputs["pipeline_overhead"])}
+    assert seen == {("memory", "none", "read"), ("memory", "none", "write"),
+                    ("store", "sqlite", "read"), ("store", "sqlite", "write")}
+
+
+def test_throughput_bench_completes_every_turn(
+    outputs: dict[str, subprocess.CompletedProcess[str]],
+) -> None:
+    (figure,) = _lines(outputs["turns_throughput"])
+    assert figure["completed"] == figure["turns"] == 3
