@@ -15,7 +15,6 @@ from kaizen_kernel.schema import (
     INPUT_SCHEMA,
     RunCodeArgumentsError,
     parse_arguments,
-    run_code_descriptor,
 )
 from kaizen_kernel.service import RunCodeConfig, RunCodeResult, RunCodeService
 
@@ -37,5 +36,4 @@ __all__ = [
     "bridge_handlers",
     "bridge_url",
     "parse_arguments",
-    "run_code_descriptor",
 ]

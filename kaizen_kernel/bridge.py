@@ -40,7 +40,7 @@ DEFAULT_MAX_BODY_BYTES = 256 * 1024
 DEFAULT_MAX_RESULT_BYTES = 4 * 1024 * 1024
 _LOOPBACK = ("127.", "::1", "::ffff:127.")
 
-DispatchFn = Callable[[KernelLease, str, dict[str, Any]], Awaitable[dict[str, Any]]]
+DispatchFn = Callable[[KernelLease, str, dict[str, Any]], Awaitable[Any]]
 
 
 class BridgeRefusal(Exception):

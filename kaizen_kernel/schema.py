@@ -15,12 +15,8 @@ from typing import Any
 import jsonschema
 
 from kaizen_kernel.files import MAX_TARGET_CHARS, MAX_TARGETS, TargetRejected, validate_targets
-from kaizen_server_extension.runtime.port import Capability
 from kaizen_server_extension.tools.types import (
     MemberSafeError,
-    RoomClass,
-    ToolDescriptor,
-    WriteCategory,
 )
 
 TOOL_NAME = "run_code"
@@ -116,21 +112,4 @@ def parse_arguments(raw: Mapping[str, Any] | str) -> RunCodeArguments:
         language=data.get("language", "python"),
         persistent=bool(data.get("persistent", False)),
         artifact_targets=tuple(targets),
-    )
-
-
-def run_code_descriptor(*, timeout_s: float = 60.0) -> ToolDescriptor:
-    """The trusted declaration of run_code (write tier, isolated execution, R-134/R-136)."""
-    return ToolDescriptor(
-        name=TOOL_NAME,
-        description=DESCRIPTION,
-        input_schema=INPUT_SCHEMA,
-        capability=Capability.WRITE,
-        timeout_s=timeout_s,
-        repeat_creates_object=True,
-        room_class=RoomClass.ACTOR_BOUND_WRITE,
-        write_category=WriteCategory.ISOLATED_EXECUTION,
-        surface="sandbox",
-        first_party=True,
-        explicit_grant_only=True,
     )

@@ -25,7 +25,8 @@ DEFAULT_AGENTS: tuple[dict[str, Any], ...] = (
         "mode": "chat",
         "persona": "You are Kaizen, a careful assistant working beside the member's Jupyter "
         "kernels. Answer plainly, use tools when they help, and say what you could not do.",
-        "tool_ceiling": ("list_available_agents", "show_chat_canvas", "visualize_read_me"),
+        "tool_ceiling": ("list_available_agents", "show_chat_canvas", "visualize_read_me",
+                         "run_code"),
     },
     {
         "agent_id": "search",
@@ -138,6 +139,9 @@ class KaizenApp(ExtensionApp):
     def _default_model(self) -> str:
         return os.environ.get("KAIZEN_MODEL", "")
 
+    _run_code: Any = None
+    _gateway: Any = None
+
     def initialize_settings(self) -> None:
         try:
             runtime = RuntimeSettings.from_environ(os.environ)
@@ -232,12 +236,47 @@ class KaizenApp(ExtensionApp):
 
         return authorize
 
+    async def _start_run_code(self, serverapp: Any) -> None:
+        """Kernels for run_code, and the loopback bridge their ``tools.call`` uses."""
+        from kaizen_kernel.bridge import bridge_handlers, bridge_url
+        from kaizen_kernel.leases import KernelLease
+        from kaizen_kernel.service import RunCodeConfig, RunCodeService
+        from kaizen_server_extension.lanes.tooling import BridgeBinding
+        from kaizen_server_extension.tools.types import MemberSafeError
+
+        pool_size = int(os.environ.get("KAIZEN_KERNEL_POOL_SIZE", "1"))
+        server_url = f"http://127.0.0.1:{serverapp.port}{serverapp.base_url}"
+        service = RunCodeService(RunCodeConfig(
+            state_root=Path(jupyter_data_dir()) / "kaizen" / "sandbox",
+            bridge_url=bridge_url(server_url),
+            pool_sizes={"python": max(0, pool_size)},
+        ))
+
+        async def dispatch(lease: KernelLease, name: str, arguments: dict[str, Any]) -> Any:
+            binding = lease.active.context if lease.active else None
+            if not isinstance(binding, BridgeBinding):
+                raise MemberSafeError("No run_code call is in flight.", code="expired")
+            return await binding.dispatch(name, arguments)
+
+        serverapp.web_app.add_handlers(".*$", bridge_handlers(serverapp.base_url,
+                                                              service.leases, dispatch))
+        await service.start()
+        self.kaizen.tools.attach_run_code(service)
+        self._run_code = service
+
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         if self.kaizen.events_link is not None:
             await self.kaizen.events_link.start()
         await self.kaizen.lanes.start()
+        try:
+            await self._start_run_code(serverapp)
+        except Exception:
+            # Chat keeps working without kernels; run_code answers that it is unavailable.
+            self.log.exception("Kaizen could not start its run_code kernels")
 
     async def stop_extension(self) -> None:
+        if self._run_code is not None:
+            await self._run_code.close()
         await self.kaizen.lanes.stop()
         if self.kaizen.events_link is not None:
             await self.kaizen.events_link.stop()

@@ -7,7 +7,9 @@ controller sees only ``HostPort.call_tool``; everything here runs in the trusted
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +38,7 @@ from kaizen_server_extension.tools.catalog import FrozenCatalog, freeze_catalog
 from kaizen_server_extension.tools.metrics import ToolMetrics
 from kaizen_server_extension.tools.pipeline import ToolPipeline
 from kaizen_server_extension.tools.registry import ToolRegistry
-from kaizen_server_extension.tools.types import RegisteredTool
+from kaizen_server_extension.tools.types import MemberSafeError, RegisteredTool
 
 log = logging.getLogger("kaizen.tools")
 
@@ -55,6 +57,29 @@ class RunToolContext:
     @property
     def member(self) -> str:
         return self.bundle.member
+
+
+@dataclass(frozen=True)
+class BridgeBinding:
+    """What a kernel's ``tools.call`` may reach during one run_code call: the run's own
+    guarded caller, with the run's bundle, limited to the catalog's read tools."""
+
+    bundle: AuthorityBundle
+    call: ToolCaller
+    read_tools: Mapping[str, Capability]
+
+    async def dispatch(self, name: str, arguments: Mapping[str, Any]) -> Any:
+        """The tool's member-safe projection, parsed; a failed call raises into the kernel's
+        ``tools.call`` as a ``ToolCallError`` carrying the projection's text."""
+        request = ToolCallRequest(call_id=f"bridge-{uuid.uuid4().hex[:12]}", name=name,
+                                  arguments=json.dumps(dict(arguments)), step=0)
+        result = await self.call(self.bundle, request)
+        if result.failed:
+            raise MemberSafeError(result.content, code=f"tool_{result.outcome.value}")
+        try:
+            return json.loads(result.content)
+        except ValueError:
+            return result.content
 
 
 class AgentRoster:
@@ -83,8 +108,13 @@ class PipelineToolBackend:
         self.permissions = StorePermissions(store, authorize)
         self._metrics = metrics
         self._services: dict[str, Any] = {"agents": AgentRoster(store)}
+        self._run_code: Any = None
         capability_of = {d.name: d.capability.value for d in registry.descriptors()}
         self.approvals = StoreApprovals(store, capability_of)
+
+    def attach_run_code(self, service: Any) -> None:
+        """Make the kernel service reachable from the run_code tool (set at server start)."""
+        self._run_code = service
 
     def catalog(self, *, agent: AgentRecord, conversation: ConversationRecord, member: str,
                 request_text: str = "") -> FrozenCatalog:
@@ -114,8 +144,9 @@ class PipelineToolBackend:
             if registered is not None:
                 registered_tools[name] = registered
 
-        services = {**self._services, "catalog": catalog,
-                    "callable_tools": frozenset(t.name for t in tools.advertised)}
+        services: dict[str, Any] = {
+            **self._services, "catalog": catalog, "run_code": self._run_code,
+            "callable_tools": frozenset(t.name for t in tools.advertised)}
 
         async def execute(tool: RegisteredTool, run_bundle: AuthorityBundle,
                           arguments: Mapping[str, Any], /) -> object:
@@ -153,6 +184,10 @@ class PipelineToolBackend:
                     # Approved: run the call again; the pipeline consumes the one-shot
                     # receipt and reruns every guardrail before executing (R-238).
 
+        # A kernel may call back only the catalog's read tools, through this same pipeline.
+        services["bridge"] = BridgeBinding(bundle, call, {
+            name: d.capability for name, d in catalog.descriptors.items()
+            if d.capability is Capability.READ and name != "run_code"})
         return call
 
     async def _await_decision(self, approval_id: str, cancelled: asyncio.Event) -> str:

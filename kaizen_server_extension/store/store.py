@@ -184,23 +184,38 @@ class MemberRepository(_Repository):
 class AgentRepository(_Repository):
     async def ensure_system_agent(self, agent_id: str, name: str, *, persona: str,
                                   mode: str, tool_ceiling: Sequence[str]) -> AgentRecord:
-        """Seed a system agent once; an existing one is left as it is (versions are immutable)."""
+        """Seed a system agent; when the shipped definition changed, add a new immutable
+        version rather than editing the old one (runs keep pointing at theirs)."""
         async with self.store.transaction() as tx:
-            existing = await tx.session.get(m.Agent, agent_id)
-            if existing is None:
-                now = utcnow()
-                tx.session.add(m.Agent(id=agent_id, name=name, owner=None, current_version=1,
-                                       created_at=now))
+            now = utcnow()
+            agent = await tx.session.get(m.Agent, agent_id)
+            if agent is None:
+                agent = m.Agent(id=agent_id, name=name, owner=None, current_version=0,
+                                created_at=now)
+                tx.session.add(agent)
+                current = None
+            else:
+                current = (await tx.session.execute(
+                    select(m.AgentVersion).where(m.AgentVersion.agent_id == agent_id,
+                                                 m.AgentVersion.version == agent.current_version)
+                )).scalar_one_or_none()
+            unchanged = current is not None and (
+                current.persona, list(current.tool_ceiling), current.mode
+            ) == (persona, list(tool_ceiling), mode)
+            if not unchanged:
+                version = (agent.current_version or 0) + 1
+                agent.current_version = version
+                agent.name = name
                 await tx.session.flush()
                 tx.session.add(m.AgentVersion(
-                    id=f"{agent_id}@1", agent_id=agent_id, version=1, persona=persona,
-                    tool_ceiling=list(tool_ceiling), knowledge_scope={}, mode=mode,
-                    created_at=now,
+                    id=f"{agent_id}@{version}", agent_id=agent_id, version=version,
+                    persona=persona, tool_ceiling=list(tool_ceiling), knowledge_scope={},
+                    mode=mode, created_at=now,
                 ))
                 await tx.session.flush()
-        agent = await self.get_visible(agent_id, member=None)
-        assert agent is not None
-        return agent
+        record = await self.get_visible(agent_id, member=None)
+        assert record is not None
+        return record
 
     def _visible(self, member: str | None) -> Any:
         return m.Agent.owner.is_(None) if member is None else (

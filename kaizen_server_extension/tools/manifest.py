@@ -22,5 +22,6 @@ BUILTIN_TOOLS: Mapping[str, str] = MappingProxyType(
         "list_available_agents": "kaizen_plugins.roster",
         "show_chat_canvas": "kaizen_plugins.canvas",
         "visualize_read_me": "kaizen_plugins.readme",
+        "run_code": "kaizen_plugins.code",
     }
 )

@@ -6,4 +6,5 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "kaizen_plugins.roster",
     "kaizen_plugins.canvas",
     "kaizen_plugins.readme",
+    "kaizen_plugins.code",
 )

@@ -30,7 +30,6 @@ from kaizen_kernel.schema import (
     INPUT_SCHEMA,
     RunCodeArgumentsError,
     parse_arguments,
-    run_code_descriptor,
 )
 from kaizen_server_extension.runtime.port import Capability
 from kaizen_server_extension.tools.types import WriteCategory
@@ -75,10 +74,15 @@ def test_duplicate_and_too_many_targets_are_refused() -> None:
 
 
 def test_descriptor_is_an_isolated_execution_write_granted_explicitly() -> None:
-    d = run_code_descriptor()
+    from kaizen_plugins.code import run_code
+
+    d = run_code.descriptor
     assert d.capability == Capability.WRITE
     assert d.write_category == WriteCategory.ISOLATED_EXECUTION
-    assert d.explicit_grant_only and d.repeat_creates_object
+    assert d.explicit_grant_only
+    # Running code again after the workspace changed is ordinary use (spec: Asking twice).
+    assert not d.repeat_creates_object
+    assert d.input_schema["required"] and "artifact_targets" in d.input_schema["required"]
 
 
 # --- limits -------------------------------------------------------------------------------

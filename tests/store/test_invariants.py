@@ -142,3 +142,15 @@ async def test_roster_changes_bump_the_audience_version(store: Store) -> None:
     assert removed.audience_version == 3 and removed.participants == ("alice",)
     with pytest.raises(NotFound):
         await store.journal.read(room, "bob")
+
+
+async def test_a_changed_system_agent_gets_a_new_version(store: Store) -> None:
+    first = await store.agents.ensure_system_agent("helper", "Helper", persona="v1",
+                                                   mode="chat", tool_ceiling=["a"])
+    same = await store.agents.ensure_system_agent("helper", "Helper", persona="v1",
+                                                  mode="chat", tool_ceiling=["a"])
+    assert (first.version, same.version) == (1, 1)
+    changed = await store.agents.ensure_system_agent("helper", "Helper", persona="v1",
+                                                     mode="chat", tool_ceiling=["a", "b"])
+    assert changed.version == 2 and changed.tool_ceiling == ("a", "b")
+    assert changed.version_id != first.version_id

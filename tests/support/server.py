@@ -65,6 +65,8 @@ def server_env(root: Path, database_url: str, schema: str | None,
         "KAIZEN_DATABASE_URL": database_url,
         "KAIZEN_MEMBER_TOKENS": json.dumps({member_token(m): m for m in MEMBERS}),
         "KAIZEN_ADMIN_MEMBERS": "dave",
+        # No warm kernels unless a test asks: each costs a core for half a second.
+        "KAIZEN_KERNEL_POOL_SIZE": "0",
     })
     if schema:
         env["KAIZEN_DATABASE_SCHEMA"] = schema

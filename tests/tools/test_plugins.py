@@ -43,7 +43,7 @@ class Agents:
 def test_default_plugins_register_every_family():
     registry = ToolRegistry.from_plugins(load_entrypoints=False)
     owners = {registry.owner(n) for n in ("list_available_agents", "show_chat_canvas",
-                                           "visualize_read_me")}
+                                           "visualize_read_me", "run_code")}
     assert owners == set(DEFAULT_PLUGINS)
 
 
