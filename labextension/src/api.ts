@@ -1,15 +1,65 @@
+/**
+ * The Kaizen REST API (shared API.md), through `ServerConnection.makeRequest` so the Jupyter
+ * server's own token/cookie + XSRF authentication applies.
+ *
+ * Every call answers a `Result`: the value, or a sentence fit to show a member. Raw bodies,
+ * exception text and URLs never reach the panel (they go to the console as a status line).
+ */
 import { ServerConnection } from '@jupyterlab/services';
 
-/** One entry of `GET kaizen/api/agents` (see shared API.md): `[{id, name, mode, version, tools}]`. */
+import { isRecord, JournalEvent, parseEvent } from './protocol';
+
+/** One entry of `GET kaizen/api/agents`: `[{id, name, mode, version, tools}]`. */
 export interface IAgent {
   id: string;
   name: string;
   mode: string;
   version?: string | number;
+  tools?: string[];
 }
 
-/** The outcome of loading the agent roster: the agents, or a sentence fit to show a member. */
-export type AgentsResult = { ok: true; agents: IAgent[] } | { ok: false; message: string };
+/** One conversation (`ConversationRecord.public()`). */
+export interface IConversation {
+  id: string;
+  agent_id: string;
+  title: string;
+  shared: boolean;
+  owner: string;
+  audience_version: number;
+  participants: string[];
+  last_seq: number;
+  created_at?: string;
+  updated_at?: string;
+}
+
+/** The answer of `POST conversations/{id}/messages`. */
+export interface IAccepted {
+  input_id: string;
+  position: number;
+  run_id: string;
+}
+
+export interface IJournalPage {
+  events: JournalEvent[];
+  next: number;
+}
+
+export type ApprovalMode = 'always_ask' | 'ask_for_writes' | 'never_ask';
+export const APPROVAL_MODES: ApprovalMode[] = ['always_ask', 'ask_for_writes', 'never_ask'];
+
+export interface IMemberSettings {
+  approval_mode: ApprovalMode;
+  model: string | null;
+  default_model?: string | null;
+}
+
+export interface IMe {
+  member: string;
+  admin: boolean;
+}
+
+/** A value, or a member-safe sentence (and the HTTP status, 0 when unreachable). */
+export type Result<T> = { ok: true; value: T } | { ok: false; message: string; status: number };
 
 /** The REST prefix of the Kaizen server extension, under the Jupyter server's base URL. */
 export const API_PREFIX = 'kaizen/api/';
@@ -26,10 +76,9 @@ export function apiUrl(baseUrl: string, path: string): string {
  *
  * The Kaizen API answers errors with `{"error": {"code", "message"}}` where `message` is a
  * member-safe sentence; that sentence is shown when present. Otherwise (a proxy page, a
- * non-Kaizen 404, an unreadable body) a fixed sentence by status is shown: raw bodies,
- * exception text and URLs never reach the panel.
+ * non-Kaizen 404, an unreadable body) a fixed sentence by status is shown.
  */
-export function failureMessage(status: number, body: unknown): string {
+export function failureMessage(status: number, body: unknown, action = 'list the agents'): string {
   const serverMessage = kaizenErrorMessage(body);
   if (serverMessage) {
     return serverMessage;
@@ -41,17 +90,17 @@ export function failureMessage(status: number, body: unknown): string {
     return 'The Kaizen server extension is not enabled on this Jupyter server.';
   }
   if (status >= 500) {
-    return `Kaizen could not list the agents right now (server error ${status}). Try again later.`;
+    return `Kaizen could not ${action} right now (server error ${status}). Try again later.`;
   }
-  return `Kaizen could not list the agents (error ${status}).`;
+  return `Kaizen could not ${action} (error ${status}).`;
 }
 
 /** The sentence shown when the Jupyter server could not be reached at all. */
 export const NETWORK_FAILURE =
   'Kaizen could not reach the Jupyter server. Check your connection and try again.';
 
-/** The sentence shown when the answer was not the agent list the contract promises. */
-export const UNREADABLE_ANSWER = 'Kaizen answered with an agent list it could not read.';
+/** The sentence shown when an answer is not the shape the contract promises. */
+export const UNREADABLE = 'Kaizen answered with something it could not read.';
 
 function kaizenErrorMessage(body: unknown): string | null {
   if (!isRecord(body) || !isRecord(body.error)) {
@@ -66,10 +115,6 @@ function kaizenErrorMessage(body: unknown): string | null {
     return null;
   }
   return trimmed;
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
 /** Read the agent entries out of an answer body, or null when it is not an agent list. */
@@ -89,42 +134,286 @@ export function parseAgents(body: unknown): IAgent[] | null {
       id: typeof item.id === 'string' ? item.id : String(item.id ?? item.name),
       name: item.name,
       mode: typeof item.mode === 'string' ? item.mode : '',
-      version: typeof version === 'string' || typeof version === 'number' ? version : undefined
+      version: typeof version === 'string' || typeof version === 'number' ? version : undefined,
+      tools: Array.isArray(item.tools) ? item.tools.filter(t => typeof t === 'string') : []
     });
   }
   return agents;
 }
 
-/** `GET {baseUrl}kaizen/api/agents` with the Jupyter server's own authentication. */
-export async function fetchAgents(
-  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
-): Promise<AgentsResult> {
-  let response: Response;
-  try {
-    response = await ServerConnection.makeRequest(
-      apiUrl(settings.baseUrl, 'agents'),
-      { method: 'GET', headers: { Accept: 'application/json' } },
-      settings
+export function parseConversation(item: unknown): IConversation | null {
+  if (!isRecord(item) || typeof item.id !== 'string') {
+    return null;
+  }
+  return {
+    id: item.id,
+    agent_id: typeof item.agent_id === 'string' ? item.agent_id : '',
+    title: typeof item.title === 'string' && item.title ? item.title : 'Conversation',
+    shared: item.shared === true,
+    owner: typeof item.owner === 'string' ? item.owner : '',
+    audience_version: typeof item.audience_version === 'number' ? item.audience_version : 0,
+    participants: Array.isArray(item.participants)
+      ? item.participants.filter((p): p is string => typeof p === 'string')
+      : [],
+    last_seq: typeof item.last_seq === 'number' ? item.last_seq : 0,
+    created_at: typeof item.created_at === 'string' ? item.created_at : undefined,
+    updated_at: typeof item.updated_at === 'string' ? item.updated_at : undefined
+  };
+}
+
+function parseConversations(body: unknown): IConversation[] | null {
+  if (!Array.isArray(body)) {
+    return null;
+  }
+  return body.map(parseConversation).filter((c): c is IConversation => c !== null);
+}
+
+function parseJournalPage(body: unknown): IJournalPage | null {
+  if (!isRecord(body) || !Array.isArray(body.events) || typeof body.next !== 'number') {
+    return null;
+  }
+  const events = body.events.map(parseEvent).filter((e): e is JournalEvent => e !== null);
+  return { events, next: body.next };
+}
+
+function parseAccepted(body: unknown): IAccepted | null {
+  if (!isRecord(body) || typeof body.input_id !== 'string' || typeof body.run_id !== 'string') {
+    return null;
+  }
+  return {
+    input_id: body.input_id,
+    run_id: body.run_id,
+    position: typeof body.position === 'number' ? body.position : 0
+  };
+}
+
+function parseSettings(body: unknown): IMemberSettings | null {
+  if (!isRecord(body) || !APPROVAL_MODES.includes(body.approval_mode as ApprovalMode)) {
+    return null;
+  }
+  return {
+    approval_mode: body.approval_mode as ApprovalMode,
+    model: typeof body.model === 'string' ? body.model : null,
+    default_model: typeof body.default_model === 'string' ? body.default_model : null
+  };
+}
+
+function parseMe(body: unknown): IMe | null {
+  if (!isRecord(body) || typeof body.member !== 'string') {
+    return null;
+  }
+  return { member: body.member, admin: body.admin === true };
+}
+
+/** A pending approval request (`GET approvals?status=pending`). */
+export interface IApprovalRequest {
+  id: string;
+  run_id: string;
+  conversation_id: string;
+  tool: string;
+  capability: string;
+  arguments: unknown;
+  args_digest: string;
+  status: string;
+}
+
+function parseApprovals(body: unknown): IApprovalRequest[] | null {
+  if (!Array.isArray(body)) {
+    return null;
+  }
+  const out: IApprovalRequest[] = [];
+  for (const item of body) {
+    if (!isRecord(item) || typeof item.id !== 'string') {
+      continue;
+    }
+    out.push({
+      id: item.id,
+      run_id: String(item.run_id ?? ''),
+      conversation_id: String(item.conversation_id ?? ''),
+      tool: String(item.tool ?? ''),
+      capability: String(item.capability ?? ''),
+      arguments: item.arguments,
+      args_digest: String(item.args_digest ?? ''),
+      status: String(item.status ?? '')
+    });
+  }
+  return out;
+}
+
+/**
+ * The REST client: one instance per panel, bound to the server settings.
+ */
+export class KaizenApi {
+  constructor(readonly settings: ServerConnection.ISettings = ServerConnection.makeSettings()) {}
+
+  agents(): Promise<Result<IAgent[]>> {
+    return this._call('GET', 'agents', undefined, 'list the agents', parseAgents);
+  }
+
+  me(): Promise<Result<IMe>> {
+    return this._call('GET', 'members/me', undefined, 'identify you', parseMe);
+  }
+
+  conversations(): Promise<Result<IConversation[]>> {
+    return this._call(
+      'GET',
+      'conversations',
+      undefined,
+      'list your conversations',
+      parseConversations
     );
-  } catch (reason) {
-    console.warn('Kaizen: GET agents did not reach the server', reason);
-    return { ok: false, message: NETWORK_FAILURE };
   }
 
-  let body: unknown = null;
-  try {
-    body = await response.json();
-  } catch {
-    body = null;
+  createConversation(body: {
+    agent_id: string;
+    title?: string;
+    shared?: boolean;
+  }): Promise<Result<IConversation>> {
+    return this._call(
+      'POST',
+      'conversations',
+      body,
+      'start a conversation',
+      parseConversation
+    );
   }
 
-  if (!response.ok) {
-    console.warn(`Kaizen: GET agents answered ${response.status}`);
-    return { ok: false, message: failureMessage(response.status, body) };
+  postMessage(
+    conversationId: string,
+    body: { text: string; kind: 'message' | 'steering'; idempotency_key: string }
+  ): Promise<Result<IAccepted>> {
+    return this._call(
+      'POST',
+      `conversations/${encodeURIComponent(conversationId)}/messages`,
+      body,
+      'send your message',
+      parseAccepted
+    );
   }
-  const agents = parseAgents(body);
-  if (agents === null) {
-    return { ok: false, message: UNREADABLE_ANSWER };
+
+  journal(conversationId: string, after: number, limit = 200): Promise<Result<IJournalPage>> {
+    return this._call(
+      'GET',
+      `conversations/${encodeURIComponent(conversationId)}/journal?after=${after}&limit=${limit}`,
+      undefined,
+      'load the conversation',
+      parseJournalPage
+    );
   }
-  return { ok: true, agents };
+
+  cancelRun(runId: string): Promise<Result<unknown>> {
+    return this._call(
+      'POST',
+      `runs/${encodeURIComponent(runId)}/cancel`,
+      {},
+      'stop the run',
+      body => body
+    );
+  }
+
+  pendingApprovals(): Promise<Result<IApprovalRequest[]>> {
+    return this._call(
+      'GET',
+      'approvals?status=pending',
+      undefined,
+      'list the approval requests',
+      parseApprovals
+    );
+  }
+
+  decideApproval(approvalId: string, decision: 'approve' | 'deny'): Promise<Result<unknown>> {
+    return this._call(
+      'POST',
+      `approvals/${encodeURIComponent(approvalId)}`,
+      { decision },
+      'record your decision',
+      body => body
+    );
+  }
+
+  memberSettings(): Promise<Result<IMemberSettings>> {
+    return this._call('GET', 'members/me/settings', undefined, 'read your settings', parseSettings);
+  }
+
+  putMemberSettings(body: {
+    approval_mode: ApprovalMode;
+    model?: string | null;
+  }): Promise<Result<IMemberSettings>> {
+    const payload: Record<string, unknown> = { approval_mode: body.approval_mode };
+    if (body.model) {
+      payload.model = body.model;
+    }
+    return this._call(
+      'PUT',
+      'members/me/settings',
+      payload,
+      'save your settings',
+      parseSettings
+    );
+  }
+
+  /** The websocket URL of a conversation's events, resuming after `after`. */
+  eventsUrl(conversationId: string, after: number): string {
+    const base = this.settings.wsUrl.endsWith('/') ? this.settings.wsUrl : `${this.settings.wsUrl}/`;
+    let url =
+      `${base}${API_PREFIX}conversations/${encodeURIComponent(conversationId)}/events` +
+      `?after=${after}`;
+    if (this.settings.appendToken && this.settings.token) {
+      url += `&token=${encodeURIComponent(this.settings.token)}`;
+    }
+    return url;
+  }
+
+  private async _call<T>(
+    method: string,
+    path: string,
+    body: unknown,
+    action: string,
+    parse: (body: unknown) => T | null
+  ): Promise<Result<T>> {
+    const init: RequestInit = { method, headers: { Accept: 'application/json' } };
+    if (body !== undefined) {
+      init.body = JSON.stringify(body);
+      (init.headers as Record<string, string>)['Content-Type'] = 'application/json';
+    }
+    let response: Response;
+    try {
+      response = await ServerConnection.makeRequest(
+        apiUrl(this.settings.baseUrl, path),
+        init,
+        this.settings
+      );
+    } catch (reason) {
+      console.warn(`Kaizen: ${method} ${path.split('?')[0]} did not reach the server`, reason);
+      return { ok: false, message: NETWORK_FAILURE, status: 0 };
+    }
+    let parsed: unknown = null;
+    try {
+      parsed = await response.json();
+    } catch {
+      parsed = null;
+    }
+    if (!response.ok) {
+      console.warn(`Kaizen: ${method} ${path.split('?')[0]} answered ${response.status}`);
+      return {
+        ok: false,
+        message: failureMessage(response.status, parsed, action),
+        status: response.status
+      };
+    }
+    const value = parse(parsed);
+    if (value === null) {
+      return { ok: false, message: UNREADABLE, status: response.status };
+    }
+    return { ok: true, value };
+  }
+}
+
+/** A fresh idempotency key (one per composed message; a retry re-uses it). */
+export function newIdempotencyKey(): string {
+  const c = (globalThis as { crypto?: Crypto }).crypto;
+  if (c && typeof c.randomUUID === 'function') {
+    return c.randomUUID();
+  }
+  return `k-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 12)}`;
 }

@@ -3,9 +3,15 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
+import { INotebookTracker, NotebookActions } from '@jupyterlab/notebook';
+import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { LabIcon } from '@jupyterlab/ui-components';
 
+import { KaizenApi } from './api';
+import { ICodeActions } from './components/Markdown';
 import { KaizenPanel } from './panel';
+import { connectSettings } from './settings';
 
 /** The plugin id; the settings and layout keys derive from it. */
 export const PLUGIN_ID = 'kaizen-jupyter:plugin';
@@ -16,7 +22,7 @@ namespace CommandIDs {
   export const open = 'kaizen:open';
 }
 
-const kaizenIcon = new LabIcon({
+export const kaizenIcon = new LabIcon({
   name: 'kaizen-jupyter:kaizen',
   svgstr:
     '<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 24 24">' +
@@ -26,13 +32,42 @@ const kaizenIcon = new LabIcon({
     '</g></svg>'
 });
 
+/** "Insert into notebook": a new code cell below the active cell of the current notebook. */
+function codeActions(app: JupyterFrontEnd, tracker: INotebookTracker | null): ICodeActions {
+  return {
+    insert: (code: string) => {
+      const panel = tracker?.currentWidget;
+      if (!panel) {
+        return 'Open a notebook first.';
+      }
+      const notebook = panel.content;
+      NotebookActions.insertBelow(notebook);
+      const cell = notebook.activeCell;
+      if (!cell) {
+        return 'The notebook has no active cell.';
+      }
+      cell.model.sharedModel.setSource(code.replace(/\n$/, ''));
+      app.shell.activateById(panel.id);
+      return null;
+    }
+  };
+}
+
 const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
-  description: 'The Kaizen side panel: the agents the member can talk to.',
+  description: 'The Kaizen side panel: chat with agents, tool activity, approvals.',
   autoStart: true,
-  optional: [ILayoutRestorer],
-  activate: (app: JupyterFrontEnd, restorer: ILayoutRestorer | null): void => {
-    const panel = new KaizenPanel(app.serviceManager.serverSettings);
+  requires: [IRenderMimeRegistry],
+  optional: [ILayoutRestorer, INotebookTracker, ISettingRegistry],
+  activate: (
+    app: JupyterFrontEnd,
+    rendermime: IRenderMimeRegistry,
+    restorer: ILayoutRestorer | null,
+    tracker: INotebookTracker | null,
+    registry: ISettingRegistry | null
+  ): void => {
+    const api = new KaizenApi(app.serviceManager.serverSettings);
+    const panel = new KaizenPanel({ api, rendermime, codeActions: codeActions(app, tracker) });
     panel.id = PANEL_ID;
     panel.title.icon = kaizenIcon;
     panel.title.caption = 'Kaizen';
@@ -45,6 +80,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     if (restorer) {
       restorer.add(panel, PANEL_ID);
+    }
+
+    if (registry) {
+      void registry
+        .load(PLUGIN_ID)
+        .then(settings => connectSettings(settings, api, panel.model))
+        .catch(reason => console.warn('Kaizen: settings unavailable', reason));
     }
   }
 };

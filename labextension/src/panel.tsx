@@ -1,98 +1,97 @@
-import { ServerConnection } from '@jupyterlab/services';
-import { ReactWidget, refreshIcon } from '@jupyterlab/ui-components';
-import React, { useCallback, useEffect, useRef, useState } from 'react';
+/**
+ * The Kaizen side panel (a `ReactWidget`): the conversation list, or one open conversation.
+ */
+import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
+import { ReactWidget } from '@jupyterlab/ui-components';
+import React, { useEffect, useSyncExternalStore } from 'react';
 
-import { AgentsResult, fetchAgents, IAgent } from './api';
+import { KaizenApi } from './api';
+import { ChatView } from './components/ChatView';
+import { ConversationList } from './components/ConversationList';
+import { ICodeActions } from './components/Markdown';
+import { PanelModel } from './model';
 
-type LoadState = { phase: 'loading' } | AgentsResult;
-
-interface IAgentsViewProps {
-  settings: ServerConnection.ISettings;
+export interface IKaizenAppProps {
+  model: PanelModel;
+  rendermime: IRenderMimeRegistry;
+  codeActions: ICodeActions;
 }
 
-function AgentList({ agents }: { agents: IAgent[] }): JSX.Element {
-  if (agents.length === 0) {
-    return <p className="jp-Kaizen-empty">No agents are available to you yet.</p>;
-  }
-  return (
-    <ul className="jp-Kaizen-agentList" aria-label="Kaizen agents">
-      {agents.map(agent => (
-        <li key={agent.id} className="jp-Kaizen-agent" data-agent-id={agent.id}>
-          <span className="jp-Kaizen-agentName">{agent.name}</span>
-          {agent.mode && <span className="jp-Kaizen-agentMode">{agent.mode}</span>}
-        </li>
-      ))}
-    </ul>
+export function KaizenApp({ model, rendermime, codeActions }: IKaizenAppProps): JSX.Element {
+  const state = useSyncExternalStore(model.subscribe, model.getSnapshot);
+  const preferences = useSyncExternalStore(
+    model.preferences.subscribe,
+    model.preferences.getSnapshot
   );
-}
-
-/** The agent roster, loaded once when shown and again on "Refresh". */
-export function AgentsView({ settings }: IAgentsViewProps): JSX.Element {
-  const [state, setState] = useState<LoadState>({ phase: 'loading' });
-  const latest = useRef(0);
-
-  const load = useCallback(() => {
-    const request = ++latest.current;
-    setState({ phase: 'loading' });
-    void fetchAgents(settings).then(result => {
-      // A slower, older request must not overwrite a newer answer.
-      if (request === latest.current) {
-        setState(result);
-      }
-    });
-  }, [settings]);
-
   useEffect(() => {
-    load();
-    return () => {
-      latest.current++;
-    };
-  }, [load]);
+    void model.refresh();
+  }, [model]);
 
-  let body: JSX.Element;
-  if ('phase' in state) {
-    body = <p className="jp-Kaizen-status">Loading agents…</p>;
-  } else if (state.ok) {
-    body = <AgentList agents={state.agents} />;
-  } else {
-    body = (
-      <p className="jp-Kaizen-error" role="alert">
-        {state.message}
-      </p>
+  const selected = model.conversationModel(state.selectedId);
+  if (selected) {
+    const agents = state.agents.phase === 'ready' ? state.agents.value : [];
+    const agent = agents.find(a => a.id === selected.conversation.agent_id);
+    return (
+      <ChatView
+        key={selected.conversation.id}
+        model={selected}
+        me={state.me?.member ?? null}
+        agentName={agent?.name ?? selected.conversation.agent_id}
+        preferences={preferences}
+        rendermime={rendermime}
+        codeActions={codeActions}
+        onBack={() => {
+          model.select(null);
+          void model.refresh();
+        }}
+      />
     );
   }
-
   return (
-    <div className="jp-Kaizen-body">
-      <div className="jp-Kaizen-header">
-        <h2 className="jp-Kaizen-title">Agents</h2>
-        <button
-          type="button"
-          className="jp-Kaizen-refresh"
-          title="Refresh the agent list"
-          aria-label="Refresh the agent list"
-          disabled={'phase' in state}
-          onClick={load}
-        >
-          <refreshIcon.react tag="span" elementSize="normal" />
-        </button>
-      </div>
-      {body}
-    </div>
+    <ConversationList
+      agents={state.agents}
+      conversations={state.conversations}
+      defaultAgent={preferences.defaultAgent}
+      error={state.error}
+      onCreate={(agentId, shared, title) => model.create(agentId, shared, title)}
+      onOpen={id => model.select(id)}
+      onRefresh={() => void model.refresh()}
+      onDismissError={() => model.dismissError()}
+    />
   );
 }
 
 /** The Kaizen side panel. */
 export class KaizenPanel extends ReactWidget {
-  constructor(settings: ServerConnection.ISettings = ServerConnection.makeSettings()) {
+  constructor(options: {
+    api: KaizenApi;
+    rendermime: IRenderMimeRegistry;
+    codeActions: ICodeActions;
+    model?: PanelModel;
+  }) {
     super();
-    this._settings = settings;
+    this.model = options.model ?? new PanelModel(options.api);
+    this._rendermime = options.rendermime;
+    this._codeActions = options.codeActions;
     this.addClass('jp-Kaizen-panel');
   }
 
+  readonly model: PanelModel;
+
   protected render(): JSX.Element {
-    return <AgentsView settings={this._settings} />;
+    return (
+      <KaizenApp model={this.model} rendermime={this._rendermime} codeActions={this._codeActions} />
+    );
   }
 
-  private readonly _settings: ServerConnection.ISettings;
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this.model.dispose();
+    super.dispose();
+  }
+
+  private readonly _rendermime: IRenderMimeRegistry;
+  private readonly _codeActions: ICodeActions;
 }

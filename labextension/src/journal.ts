@@ -1,0 +1,585 @@
+/**
+ * The journal reducer: events → the view state of one conversation.
+ *
+ * Pure and immutable (a changed part is a new object, an unchanged one is shared), so React
+ * re-renders only what moved and the unit tests run under plain Node.
+ *
+ * - Durable events are applied once: an event whose `seq` is not above `lastSeq` is a
+ *   duplicate (a replayed page, a reconnect overlap) and changes nothing.
+ * - Live `answer.delta` text accumulates per (run, step) while streaming; the run's
+ *   `answer.committed` for that step replaces it in place (same answer entry, same key).
+ * - The queue is derived: runs whose input was accepted, not yet admitted, not terminal.
+ * - Tool calls form a per-run timeline: requested → settled with outcome and duration.
+ */
+import { Data, Frame, IJournalEvent, ILiveFrame, isRecord, num, str } from './protocol';
+
+export type RunStatus =
+  | 'queued'
+  | 'running'
+  | 'awaiting_approval'
+  | 'completed'
+  | 'failed'
+  | 'answer_unavailable'
+  | 'cancelled';
+
+export const TERMINAL_STATUSES: ReadonlySet<string> = new Set([
+  'completed',
+  'failed',
+  'answer_unavailable',
+  'cancelled'
+]);
+
+export type ToolOutcome = 'ok' | 'error' | 'raised' | 'timeout' | 'abandoned' | 'suppressed';
+
+export interface IInputView {
+  inputId: string;
+  position: number;
+  text: string;
+  kind: 'message' | 'steering';
+  member: string;
+  at: string;
+  seq: number;
+}
+
+export interface IToolCallView {
+  callId: string;
+  name: string;
+  step: number;
+  capability: string;
+  arguments?: unknown;
+  /** Set once settled. */
+  outcome?: string;
+  content?: unknown;
+  requestedAt: string;
+  settledAt?: string;
+  seq: number;
+}
+
+export interface IApprovalView {
+  approvalId: string;
+  tool: string;
+  capability: string;
+  arguments: unknown;
+  argsDigest: string;
+  /** `approved` / `denied` once decided. */
+  decision?: string;
+  decidedBy?: string;
+  requestedAt: string;
+  seq: number;
+}
+
+export interface IUsage {
+  prompt_tokens?: number;
+  completion_tokens?: number;
+  total_tokens?: number;
+  cost?: number | null;
+}
+
+export interface IAnswerView {
+  step: number;
+  text: string;
+  /** False while live deltas stream; true once `answer.committed` replaced them. */
+  committed: boolean;
+  model?: string;
+  usage?: IUsage;
+  seq?: number;
+}
+
+export interface ITerminalView {
+  status: string;
+  reason: string;
+  message?: string;
+  at: string;
+}
+
+export interface IRunView {
+  runId: string;
+  /** Seq of the first event of this run: the display order. */
+  seq: number;
+  input?: IInputView;
+  status: RunStatus;
+  admitted: boolean;
+  model?: string;
+  agentId?: string;
+  step: number;
+  startedAt?: string;
+  tools: IToolCallView[];
+  approvals: IApprovalView[];
+  answers: IAnswerView[];
+  thinking?: string;
+  terminal?: ITerminalView;
+}
+
+export interface INoteView {
+  seq: number;
+  text: string;
+  at: string;
+}
+
+export interface IConversationState {
+  conversationId: string;
+  /** The highest durable seq applied. Resume from here (`?after=lastSeq`). */
+  lastSeq: number;
+  runs: Readonly<Record<string, IRunView>>;
+  /** Run ids in order of their first event. */
+  runOrder: readonly string[];
+  notes: readonly INoteView[];
+  /** The last answer committed while live (for the aria-live region), or null. */
+  announcement: { seq: number; text: string } | null;
+}
+
+export function initialState(conversationId: string): IConversationState {
+  return {
+    conversationId,
+    lastSeq: 0,
+    runs: {},
+    runOrder: [],
+    notes: [],
+    announcement: null
+  };
+}
+
+export interface IApplyOptions {
+  /** Frames from the live socket (not history): committed answers are announced. */
+  announce?: boolean;
+}
+
+/** Apply frames in order. Returns the same object when nothing changed. */
+export function applyFrames(
+  state: IConversationState,
+  frames: readonly Frame[],
+  options: IApplyOptions = {}
+): IConversationState {
+  let next = state;
+  for (const frame of frames) {
+    next = applyFrame(next, frame, options);
+  }
+  return next;
+}
+
+/** Apply one frame. Returns the same object when nothing changed (e.g. a duplicate). */
+export function applyFrame(
+  state: IConversationState,
+  frame: Frame,
+  options: IApplyOptions = {}
+): IConversationState {
+  if (frame.conversation_id && frame.conversation_id !== state.conversationId) {
+    return state;
+  }
+  if (frame.live) {
+    return applyLive(state, frame);
+  }
+  if (frame.seq <= state.lastSeq) {
+    return state; // duplicate: already applied
+  }
+  const next = applyDurable(state, frame, options);
+  return next === state ? { ...state, lastSeq: frame.seq } : { ...next, lastSeq: frame.seq };
+}
+
+// -- durable events ---------------------------------------------------------------------------
+
+function applyDurable(
+  state: IConversationState,
+  event: IJournalEvent,
+  options: IApplyOptions
+): IConversationState {
+  const d = event.data;
+  switch (event.type) {
+    case 'input.accepted':
+    case 'steering.accepted': {
+      if (!event.run_id) {
+        return state;
+      }
+      const kind =
+        event.type === 'steering.accepted' || str(d, 'kind') === 'steering' ? 'steering' : 'message';
+      return updateRun(state, event, run => ({
+        ...run,
+        input: {
+          inputId: str(d, 'input_id'),
+          position: num(d, 'position'),
+          text: str(d, 'text'),
+          kind,
+          member: event.actor,
+          at: event.at,
+          seq: event.seq
+        }
+      }));
+    }
+    case 'run.admitted':
+      return updateRun(state, event, run => ({
+        ...run,
+        admitted: true,
+        status: isTerminal(run) ? run.status : 'running',
+        model: str(d, 'model') || run.model,
+        agentId: str(d, 'agent_id') || run.agentId,
+        startedAt: event.at
+      }));
+    case 'model.step.started':
+      return updateRun(state, event, run => {
+        const step = num(d, 'step', run.step + 1);
+        // A retried attempt of a step restarts its live text.
+        const answers = run.answers.filter(a => a.committed || a.step !== step);
+        return {
+          ...run,
+          admitted: true,
+          step,
+          status: isTerminal(run) || run.status === 'awaiting_approval' ? run.status : 'running',
+          answers: answers.length === run.answers.length ? run.answers : answers
+        };
+      });
+    case 'answer.committed': {
+      const step = num(d, 'step', 0);
+      const answer: IAnswerView = {
+        step,
+        text: str(d, 'text'),
+        committed: true,
+        model: str(d, 'model') || undefined,
+        usage: isRecord(d.usage) ? (d.usage as IUsage) : undefined,
+        seq: event.seq
+      };
+      const next = updateRun(state, event, run => ({
+        ...run,
+        answers: replaceAnswer(run.answers, answer)
+      }));
+      return options.announce && answer.text
+        ? { ...next, announcement: { seq: event.seq, text: answer.text } }
+        : next;
+    }
+    case 'tool.requested':
+      return updateRun(state, event, run => {
+        const callId = str(d, 'call_id') || `seq-${event.seq}`;
+        if (run.tools.some(t => t.callId === callId)) {
+          return run;
+        }
+        const call: IToolCallView = {
+          callId,
+          name: str(d, 'name', 'tool'),
+          step: num(d, 'step'),
+          capability: str(d, 'capability'),
+          arguments: 'arguments' in d ? d.arguments : undefined,
+          requestedAt: event.at,
+          seq: event.seq
+        };
+        return { ...run, tools: [...run.tools, call] };
+      });
+    case 'tool.settled':
+      return updateRun(state, event, run => {
+        const callId = str(d, 'call_id') || `seq-${event.seq}`;
+        const index = run.tools.findIndex(t => t.callId === callId);
+        const base: IToolCallView =
+          index >= 0
+            ? run.tools[index]
+            : {
+                callId,
+                name: str(d, 'name', 'tool'),
+                step: num(d, 'step'),
+                capability: '',
+                requestedAt: event.at,
+                seq: event.seq
+              };
+        const settled: IToolCallView = {
+          ...base,
+          name: str(d, 'name') || base.name,
+          capability: str(d, 'capability') || base.capability,
+          outcome: str(d, 'outcome', 'ok'),
+          content: d.content,
+          arguments: 'arguments' in d ? d.arguments : base.arguments,
+          settledAt: event.at
+        };
+        const tools =
+          index >= 0
+            ? run.tools.map((t, i) => (i === index ? settled : t))
+            : [...run.tools, settled];
+        return { ...run, tools };
+      });
+    case 'approval.requested':
+      return updateRun(state, event, run => {
+        const approval: IApprovalView = {
+          approvalId: str(d, 'approval_id') || `seq-${event.seq}`,
+          tool: str(d, 'tool', 'tool'),
+          capability: str(d, 'capability'),
+          arguments: d.arguments,
+          argsDigest: str(d, 'args_digest'),
+          requestedAt: event.at,
+          seq: event.seq
+        };
+        if (run.approvals.some(a => a.approvalId === approval.approvalId)) {
+          return run;
+        }
+        // The call waiting for this decision learns its capability from the request.
+        let marked = false;
+        const tools = [...run.tools].reverse().map(t => {
+          if (!marked && t.outcome === undefined && t.name === approval.tool && !t.capability) {
+            marked = true;
+            return { ...t, capability: approval.capability };
+          }
+          return t;
+        }).reverse();
+        return {
+          ...run,
+          status: isTerminal(run) ? run.status : 'awaiting_approval',
+          approvals: [...run.approvals, approval],
+          tools: marked ? tools : run.tools
+        };
+      });
+    case 'approval.decided':
+      return updateRun(state, event, run => {
+        const id = str(d, 'approval_id');
+        const decision = normalizeDecision(str(d, 'decision'));
+        const approvals = run.approvals.map(a =>
+          a.approvalId === id ? { ...a, decision, decidedBy: event.actor } : a
+        );
+        const stillPending = approvals.some(a => !a.decision);
+        return {
+          ...run,
+          approvals,
+          status: isTerminal(run) ? run.status : stillPending ? 'awaiting_approval' : 'running'
+        };
+      });
+    case 'run.terminal':
+      return updateRun(state, event, run => {
+        const status = str(d, 'status', 'failed');
+        return {
+          ...run,
+          status: (TERMINAL_STATUSES.has(status) ? status : 'failed') as RunStatus,
+          terminal: {
+            status,
+            reason: str(d, 'reason'),
+            message: str(d, 'message') || undefined,
+            at: event.at
+          },
+          // Live text never committed is dropped with the run's end.
+          answers: run.answers.filter(a => a.committed),
+          thinking: undefined
+        };
+      });
+    case 'participant.added':
+    case 'participant.removed': {
+      const who = str(d, 'member', 'A member');
+      const verb = event.type === 'participant.added' ? 'joined' : 'left';
+      return {
+        ...state,
+        notes: [...state.notes, { seq: event.seq, text: `${who} ${verb} the conversation.`, at: event.at }]
+      };
+    }
+    default:
+      return state; // unknown types only advance lastSeq
+  }
+}
+
+function normalizeDecision(value: string): string {
+  if (value === 'approve') {
+    return 'approved';
+  }
+  if (value === 'deny') {
+    return 'denied';
+  }
+  return value || 'decided';
+}
+
+function replaceAnswer(answers: IAnswerView[], answer: IAnswerView): IAnswerView[] {
+  const index = answers.findIndex(a => a.step === answer.step);
+  if (index < 0) {
+    return [...answers, answer];
+  }
+  return answers.map((a, i) => (i === index ? answer : a));
+}
+
+// -- live frames ------------------------------------------------------------------------------
+
+function applyLive(state: IConversationState, frame: ILiveFrame): IConversationState {
+  if (!frame.run_id || !(frame.run_id in state.runs)) {
+    // A delta for a run not seen yet (its admission is still on the way): nothing to attach
+    // to; the committed answer carries the whole text anyway.
+    return state;
+  }
+  const run = state.runs[frame.run_id];
+  if (isTerminal(run)) {
+    return state;
+  }
+  const text = str(frame.data, 'text');
+  if (!text) {
+    return state;
+  }
+  if (frame.type === 'answer.delta') {
+    const step = num(frame.data, 'step', run.step);
+    const index = run.answers.findIndex(a => a.step === step);
+    if (index >= 0 && run.answers[index].committed) {
+      return state; // late delta after the commit: the commit wins
+    }
+    const answers =
+      index >= 0
+        ? run.answers.map((a, i) => (i === index ? { ...a, text: a.text + text } : a))
+        : [...run.answers, { step, text, committed: false }];
+    return withRun(state, { ...run, answers });
+  }
+  if (frame.type === 'thinking.delta') {
+    return withRun(state, { ...run, thinking: (run.thinking ?? '') + text });
+  }
+  return state;
+}
+
+// -- helpers ----------------------------------------------------------------------------------
+
+function newRun(runId: string, seq: number): IRunView {
+  return {
+    runId,
+    seq,
+    status: 'queued',
+    admitted: false,
+    step: 0,
+    tools: [],
+    approvals: [],
+    answers: []
+  };
+}
+
+function updateRun(
+  state: IConversationState,
+  event: IJournalEvent,
+  change: (run: IRunView) => IRunView
+): IConversationState {
+  if (!event.run_id) {
+    return state;
+  }
+  const existing = state.runs[event.run_id];
+  const run = existing ?? newRun(event.run_id, event.seq);
+  const changed = change(run);
+  if (existing && changed === existing) {
+    return state;
+  }
+  return withRun(state, changed, !existing);
+}
+
+function withRun(state: IConversationState, run: IRunView, isNew = false): IConversationState {
+  return {
+    ...state,
+    runs: { ...state.runs, [run.runId]: run },
+    runOrder: isNew ? [...state.runOrder, run.runId] : state.runOrder
+  };
+}
+
+export function isTerminal(run: IRunView): boolean {
+  return run.terminal !== undefined;
+}
+
+// -- derived views ----------------------------------------------------------------------------
+
+/** Runs accepted but not yet admitted nor ended, in input order: the visible queue. */
+export function queuedRuns(state: IConversationState): IRunView[] {
+  return state.runOrder
+    .map(id => state.runs[id])
+    .filter(run => !run.admitted && !isTerminal(run))
+    .sort((a, b) => (a.input?.position ?? a.seq) - (b.input?.position ?? b.seq));
+}
+
+/** The run being worked on now (admitted, not ended), or null. */
+export function activeRun(state: IConversationState): IRunView | null {
+  for (let i = state.runOrder.length - 1; i >= 0; i--) {
+    const run = state.runs[state.runOrder[i]];
+    if (run.admitted && !isTerminal(run)) {
+      return run;
+    }
+  }
+  return null;
+}
+
+/** True while something runs or waits: new messages queue, steering is offered. */
+export function isBusy(state: IConversationState): boolean {
+  return activeRun(state) !== null || queuedRuns(state).length > 0;
+}
+
+/** Runs shown in the transcript (admitted or ended), in order of their first event. */
+export function transcriptRuns(state: IConversationState): IRunView[] {
+  return state.runOrder
+    .map(id => state.runs[id])
+    .filter(run => run.admitted || isTerminal(run));
+}
+
+/** Milliseconds between two ISO timestamps, or null when either is unreadable. */
+export function durationMs(from: string | undefined, to: string | undefined): number | null {
+  if (!from || !to) {
+    return null;
+  }
+  const a = Date.parse(from);
+  const b = Date.parse(to);
+  return Number.isFinite(a) && Number.isFinite(b) ? Math.max(0, b - a) : null;
+}
+
+/** A short human duration: `850 ms`, `2.4 s`, `1 min 5 s`. */
+export function formatDuration(ms: number): string {
+  if (ms < 1000) {
+    return `${Math.round(ms)} ms`;
+  }
+  if (ms < 60000) {
+    return `${(ms / 1000).toFixed(1)} s`;
+  }
+  const minutes = Math.floor(ms / 60000);
+  const seconds = Math.round((ms % 60000) / 1000);
+  return `${minutes} min ${seconds} s`;
+}
+
+/**
+ * A bounded, readable rendering of tool arguments or results: pretty JSON (strings that hold
+ * JSON are parsed first), cut at `limit` characters with a marker.
+ */
+export function boundedText(value: unknown, limit = 4000): { text: string; truncated: boolean } {
+  let text: string;
+  if (value === undefined || value === null) {
+    text = '';
+  } else if (typeof value === 'string') {
+    text = value;
+    const trimmed = value.trim();
+    if (trimmed.startsWith('{') || trimmed.startsWith('[')) {
+      try {
+        text = JSON.stringify(JSON.parse(trimmed), null, 2);
+      } catch {
+        text = value;
+      }
+    }
+  } else {
+    try {
+      text = JSON.stringify(value, null, 2) ?? String(value);
+    } catch {
+      text = String(value);
+    }
+  }
+  if (text.length <= limit) {
+    return { text, truncated: false };
+  }
+  return { text: `${text.slice(0, limit)}\n… (${text.length - limit} more characters)`, truncated: true };
+}
+
+/** `{...}` data as key/value lines for an approval card: one line per top-level key. */
+export function argumentLines(value: unknown, limit = 300): Array<[string, string]> {
+  if (!isRecord(value)) {
+    const { text } = boundedText(value, limit);
+    return text ? [['value', text]] : [];
+  }
+  return Object.keys(value as Data).map(key => {
+    const v = (value as Data)[key];
+    const text = typeof v === 'string' ? v : boundedText(v, limit).text;
+    return [key, text.length > limit ? `${text.slice(0, limit)}…` : text];
+  });
+}
+
+/**
+ * Markdown as a sentence for a screen reader: code fences become "(code)", emphasis, heading
+ * marks, link targets and HTML tags are dropped; capped at `limit` characters.
+ */
+export function speakable(markdown: string, limit = 1000): string {
+  let text = markdown
+    .replace(/```[\s\S]*?(```|$)/g, ' (code) ')
+    .replace(/<[^>]*>/g, ' ')
+    .replace(/!\[([^\]]*)\]\([^)]*\)/g, '$1')
+    .replace(/\[([^\]]*)\]\([^)]*\)/g, '$1')
+    .replace(/`([^`]*)`/g, '$1')
+    .replace(/(\*\*|__|\*|_|~~)(?=\S)([\s\S]*?\S)\1/g, '$2')
+    .replace(/^\s{0,3}(#{1,6}|>|[-*+]|\d+\.)\s+/gm, '')
+    .replace(/\s+/g, ' ')
+    .trim();
+  if (text.length > limit) {
+    text = `${text.slice(0, limit)}…`;
+  }
+  return text;
+}

@@ -1,0 +1,333 @@
+/**
+ * The panel's state outside React: the roster, the conversation list, and one
+ * `ConversationModel` per opened conversation (journal state + feed + actions).
+ *
+ * Each model is a tiny external store (`subscribe` / `getSnapshot`) for React's
+ * `useSyncExternalStore`; snapshots are immutable, so a render reads one consistent state.
+ */
+import {
+  ApprovalMode,
+  IAgent,
+  IConversation,
+  IMe,
+  KaizenApi,
+  newIdempotencyKey
+} from './api';
+import { ConversationFeed, FeedStatus, ISocket } from './events';
+import { applyFrames, IConversationState, initialState } from './journal';
+import { Frame } from './protocol';
+
+type Listener = () => void;
+
+/** The minimal external-store contract React's `useSyncExternalStore` needs. */
+export class Observable<T> {
+  constructor(protected _value: T) {}
+
+  readonly subscribe = (listener: Listener): (() => void) => {
+    this._listeners.add(listener);
+    return () => this._listeners.delete(listener);
+  };
+
+  readonly getSnapshot = (): T => this._value;
+
+  protected set(value: T): void {
+    if (value === this._value) {
+      return;
+    }
+    this._value = value;
+    for (const listener of [...this._listeners]) {
+      listener();
+    }
+  }
+
+  private readonly _listeners = new Set<Listener>();
+}
+
+export interface IConversationSnapshot {
+  journal: IConversationState;
+  feed: FeedStatus;
+  /** A member-safe sentence from the last failed action, or null. */
+  error: string | null;
+  sending: boolean;
+}
+
+interface IAttempt {
+  text: string;
+  kind: 'message' | 'steering';
+  key: string;
+}
+
+/** One conversation: its journal state, its live feed and what the member can do in it. */
+export class ConversationModel extends Observable<IConversationSnapshot> {
+  constructor(
+    readonly api: KaizenApi,
+    readonly conversation: IConversation,
+    openSocket: (url: string) => ISocket = url => new WebSocket(url) as unknown as ISocket
+  ) {
+    super({
+      journal: initialState(conversation.id),
+      feed: { phase: 'loading' },
+      error: null,
+      sending: false
+    });
+    this._openSocket = openSocket;
+  }
+
+  /** Start (or resume after `stop()`) the feed from the last applied seq. */
+  start(): void {
+    if (this._feed && !this._feed.disposed) {
+      return;
+    }
+    const id = this.conversation.id;
+    this._feed = new ConversationFeed({
+      conversationId: id,
+      loadPage: (after, limit) => this.api.journal(id, after, limit),
+      socketUrl: after => this.api.eventsUrl(id, after),
+      openSocket: this._openSocket,
+      lastSeq: () => this._pending.length ? this._flushNow() : this._value.journal.lastSeq,
+      onFrames: (frames, live) => this._enqueue(frames, live),
+      onStatus: feed => this.set({ ...this._value, feed })
+    });
+    void this._feed.start();
+  }
+
+  /** Close the socket; `start()` later resumes from the last applied seq. */
+  stop(): void {
+    this._flushNow();
+    this._feed?.dispose();
+    this._feed = null;
+  }
+
+  /** Drop and reopen the socket (resumes from the last applied seq). */
+  reconnect(): void {
+    this._feed?.reconnectNow();
+  }
+
+  /**
+   * Send a message or a steering note. A retry of the same text and kind (after a failure)
+   * re-uses the idempotency key, so the server accepts it at most once.
+   */
+  async send(text: string, kind: 'message' | 'steering'): Promise<boolean> {
+    const trimmed = text.trim();
+    if (!trimmed || this._value.sending) {
+      return false;
+    }
+    const last = this._lastFailed;
+    const key = last && last.text === text && last.kind === kind ? last.key : newIdempotencyKey();
+    const attempt: IAttempt = { text, kind, key };
+    this.set({ ...this._value, sending: true, error: null });
+    const result = await this.api.postMessage(this.conversation.id, {
+      text,
+      kind,
+      idempotency_key: key
+    });
+    if (result.ok) {
+      this._lastFailed = null;
+      this.set({ ...this._value, sending: false });
+      return true;
+    }
+    this._lastFailed = attempt;
+    this.set({ ...this._value, sending: false, error: result.message });
+    return false;
+  }
+
+  async cancel(runId: string): Promise<void> {
+    const result = await this.api.cancelRun(runId);
+    this.set({ ...this._value, error: result.ok ? null : result.message });
+  }
+
+  async decide(approvalId: string, decision: 'approve' | 'deny'): Promise<void> {
+    const result = await this.api.decideApproval(approvalId, decision);
+    // The card resolves from the `approval.decided` event, for every viewer alike.
+    this.set({ ...this._value, error: result.ok ? null : result.message });
+  }
+
+  dismissError(): void {
+    this.set({ ...this._value, error: null });
+  }
+
+  dispose(): void {
+    this.stop();
+  }
+
+  /** Frames are batched per animation frame: a burst of deltas is one render. */
+  private _enqueue(frames: Frame[], live: boolean): void {
+    if (!live) {
+      this._flushNow();
+      this._apply(frames, false);
+      return;
+    }
+    this._pending.push(...frames);
+    if (this._scheduled === null) {
+      const raf = (globalThis as { requestAnimationFrame?: (cb: () => void) => number })
+        .requestAnimationFrame;
+      this._scheduled = raf ? raf(() => this._flushNow()) : setTimeout(() => this._flushNow(), 16);
+    }
+  }
+
+  private _flushNow(): number {
+    if (this._scheduled !== null) {
+      const caf = (globalThis as { cancelAnimationFrame?: (h: number) => void })
+        .cancelAnimationFrame;
+      if (caf && typeof this._scheduled === 'number') {
+        caf(this._scheduled);
+      } else {
+        clearTimeout(this._scheduled as ReturnType<typeof setTimeout>);
+      }
+      this._scheduled = null;
+    }
+    if (this._pending.length) {
+      const frames = this._pending;
+      this._pending = [];
+      this._apply(frames, true);
+    }
+    return this._value.journal.lastSeq;
+  }
+
+  private _apply(frames: Frame[], live: boolean): void {
+    const journal = applyFrames(this._value.journal, frames, { announce: live });
+    if (journal !== this._value.journal) {
+      this.set({ ...this._value, journal });
+    }
+  }
+
+  private readonly _openSocket: (url: string) => ISocket;
+  private _feed: ConversationFeed | null = null;
+  private _pending: Frame[] = [];
+  private _scheduled: unknown = null;
+  private _lastFailed: IAttempt | null = null;
+}
+
+export type Loadable<T> =
+  | { phase: 'loading' }
+  | { phase: 'ready'; value: T }
+  | { phase: 'error'; message: string };
+
+export interface IPanelSnapshot {
+  agents: Loadable<IAgent[]>;
+  conversations: Loadable<IConversation[]>;
+  me: IMe | null;
+  selectedId: string | null;
+  /** A member-safe sentence from the last failed panel action, or null. */
+  error: string | null;
+}
+
+export interface IPanelPreferences {
+  defaultAgent: string;
+  approvalMode: ApprovalMode | '';
+  sendKey: 'Enter' | 'Mod+Enter';
+}
+
+/** The whole panel: roster, conversations, selection, preferences. */
+export class PanelModel extends Observable<IPanelSnapshot> {
+  constructor(readonly api: KaizenApi) {
+    super({
+      agents: { phase: 'loading' },
+      conversations: { phase: 'loading' },
+      me: null,
+      selectedId: null,
+      error: null
+    });
+  }
+
+  readonly preferences = new PreferencesStore();
+
+  async refresh(): Promise<void> {
+    this.set({ ...this._value, agents: { phase: 'loading' }, conversations: { phase: 'loading' } });
+    const [agents, conversations, me] = await Promise.all([
+      this.api.agents(),
+      this.api.conversations(),
+      this.api.me()
+    ]);
+    this.set({
+      ...this._value,
+      me: me.ok ? me.value : this._value.me,
+      agents: agents.ok
+        ? { phase: 'ready', value: agents.value }
+        : { phase: 'error', message: agents.message },
+      conversations: conversations.ok
+        ? { phase: 'ready', value: sortConversations(conversations.value) }
+        : { phase: 'error', message: conversations.message }
+    });
+  }
+
+  async create(agentId: string, shared: boolean, title?: string): Promise<boolean> {
+    const result = await this.api.createConversation({
+      agent_id: agentId,
+      shared,
+      ...(title ? { title } : {})
+    });
+    if (!result.ok) {
+      this.set({ ...this._value, error: result.message });
+      return false;
+    }
+    const list =
+      this._value.conversations.phase === 'ready' ? this._value.conversations.value : [];
+    this.set({
+      ...this._value,
+      error: null,
+      conversations: { phase: 'ready', value: [result.value, ...list] }
+    });
+    this.select(result.value.id);
+    return true;
+  }
+
+  select(id: string | null): void {
+    if (this._value.selectedId && this._value.selectedId !== id) {
+      this._models.get(this._value.selectedId)?.stop();
+    }
+    this.set({ ...this._value, selectedId: id });
+    this.conversationModel(id)?.start();
+  }
+
+  /** The model of a listed conversation (kept while the panel lives: switching resumes). */
+  conversationModel(id: string | null): ConversationModel | null {
+    if (!id) {
+      return null;
+    }
+    let model = this._models.get(id);
+    if (!model) {
+      const list =
+        this._value.conversations.phase === 'ready' ? this._value.conversations.value : [];
+      const conversation = list.find(c => c.id === id);
+      if (!conversation) {
+        return null;
+      }
+      model = new ConversationModel(this.api, conversation);
+      this._models.set(id, model);
+    }
+    return model;
+  }
+
+  dismissError(): void {
+    this.set({ ...this._value, error: null });
+  }
+
+  reportError(message: string): void {
+    this.set({ ...this._value, error: message });
+  }
+
+  dispose(): void {
+    for (const model of this._models.values()) {
+      model.dispose();
+    }
+    this._models.clear();
+  }
+
+  private readonly _models = new Map<string, ConversationModel>();
+}
+
+/** The member's panel preferences, mirrored from the JupyterLab settings registry. */
+export class PreferencesStore extends Observable<IPanelPreferences> {
+  constructor() {
+    super({ defaultAgent: '', approvalMode: '', sendKey: 'Enter' });
+  }
+
+  update(value: Partial<IPanelPreferences>): void {
+    this.set({ ...this._value, ...value });
+  }
+}
+
+function sortConversations(list: IConversation[]): IConversation[] {
+  return [...list].sort((a, b) => (b.updated_at ?? '').localeCompare(a.updated_at ?? ''));
+}

@@ -1,0 +1,367 @@
+// Drives the Kaizen panel in headless Chromium with playwright-core (from labextension's
+// devDependencies). Started by tests/e2e/test_panel.py with a running Jupyter server and a
+// fake model; prints one JSON line per step and exits non-zero on the first failure.
+//
+// env: KAIZEN_E2E_BASE_URL (ends with '/'), KAIZEN_E2E_TOKEN, KAIZEN_E2E_SCREENSHOTS (dir),
+//      KAIZEN_E2E_CHROMIUM (default /usr/bin/chromium)
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const require = createRequire(path.join(here, '..', '..', 'labextension', 'package.json'));
+const { chromium } = require('playwright-core');
+
+const base = process.env.KAIZEN_E2E_BASE_URL;
+const token = process.env.KAIZEN_E2E_TOKEN;
+const shots = process.env.KAIZEN_E2E_SCREENSHOTS || here;
+const executablePath = process.env.KAIZEN_E2E_CHROMIUM || '/usr/bin/chromium';
+const TIMEOUT = 30000;
+
+const started = Date.now();
+function log(step, extra = {}) {
+  console.log(JSON.stringify({ step, ms: Date.now() - started, ...extra }));
+}
+
+async function openPanel(page) {
+  await page.goto(`${base}lab?token=${token}`, { waitUntil: 'domcontentloaded' });
+  const tab = page.locator('.jp-SideBar.jp-mod-right li[data-id="kaizen-panel"]');
+  await tab.waitFor({ timeout: 60000 });
+  if (!(await page.locator('#kaizen-panel').isVisible())) {
+    await tab.click();
+  }
+  await page.locator('#kaizen-panel').waitFor({ state: 'visible', timeout: TIMEOUT });
+}
+
+async function send(page, text) {
+  const box = page.locator('.jp-Kaizen-textarea');
+  await box.focus();
+  await box.fill(text);
+  await box.press('Enter');
+  // The composer empties once the server accepted the message.
+  await page.waitForFunction(
+    () => document.querySelector('.jp-Kaizen-textarea')?.value === '',
+    null,
+    { timeout: TIMEOUT }
+  );
+}
+
+async function setTheme(page, theme) {
+  const status = await page.evaluate(
+    async ({ base, theme }) => {
+      const xsrf = document.cookie.match(/_xsrf=([^;]+)/)?.[1] ?? '';
+      const token = JSON.parse(document.getElementById('jupyter-config-data').textContent).token;
+      const response = await fetch(`${base}lab/api/settings/@jupyterlab/apputils-extension:themes`, {
+        method: 'PUT',
+        headers: {
+          'Content-Type': 'application/json',
+          'X-XSRFToken': decodeURIComponent(xsrf),
+          ...(token ? { Authorization: `token ${token}` } : {})
+        },
+        body: JSON.stringify({ raw: JSON.stringify({ theme }) })
+      });
+      return response.status;
+    },
+    { base, theme }
+  );
+  if (status !== 204 && status !== 200) {
+    throw new Error(`theme change answered ${status}`);
+  }
+}
+
+
+// A conversation served from fixtures (REST routes + a mocked websocket): the approval card,
+// a running tool with its spinner, the queue, and the card resolving from the event alone.
+async function approvalFixture(context, member) {
+  const page = await context.newPage();
+  page.on('console', m => m.type() !== 'log' && console.error('[fixture console]', m.text()));
+  const id = 'fixture-conversation';
+  const at = offset => new Date(Date.now() - 60000 + offset * 1000).toISOString();
+  let seq = 0;
+  const ev = (type, data, run = 'run-1', actor = member) => ({
+    seq: ++seq, conversation_id: id, run_id: run, type, actor, at: at(seq), data, live: false
+  });
+  const history = [
+    ev('input.accepted', { input_id: 'in-1', position: 1, text: 'Save my todo list', kind: 'message' }),
+    ev('run.admitted', { model: 'fake-model', agent_id: 'general', agent_version: 1, tools: [] }),
+    ev('model.step.started', { step: 1, attempt: 1 }),
+    ev('tool.requested', { step: 1, call_id: 'call-read', name: 'read_file' }),
+    ev('tool.settled', { step: 1, call_id: 'call-read', name: 'read_file', outcome: 'ok', capability: 'read', content: '{"text": "- milk"}' }),
+    ev('tool.requested', { step: 1, call_id: 'call-write', name: 'write_file' }),
+    ev('approval.requested', {
+      approval_id: 'approval-1', tool: 'write_file', capability: 'write',
+      arguments: { path: 'notes/todo.md', content: '- milk\n- eggs', overwrite: true },
+      args_digest: '9f2c1e77ab0c4d5e9f2c1e77ab0c4d5e'
+    }),
+    ev('input.accepted', { input_id: 'in-2', position: 2, text: 'Then summarise it', kind: 'message' }, 'run-2')
+  ];
+  const conversation = {
+    id, agent_id: 'general', title: 'Approval fixture', shared: true, owner: member,
+    audience_version: 1, participants: [member, 'bob'], last_seq: seq,
+    created_at: at(0), updated_at: new Date().toISOString()
+  };
+  // (GETs carry a cache-busting query: match on the path.)
+  await page.route(url => url.pathname.endsWith('/kaizen/api/conversations'), async route => {
+    if (route.request().method() !== 'GET') {
+      return route.continue();
+    }
+    const response = await route.fetch();
+    const real = await response.json();
+    await route.fulfill({ json: [conversation, ...real] });
+  });
+  await page.route(`**/kaizen/api/conversations/${id}/journal*`, route => {
+    const after = Number(new URL(route.request().url()).searchParams.get('after') ?? 0);
+    const events = history.filter(e => e.seq > after);
+    return route.fulfill({ json: { events, next: events.length ? events.at(-1).seq : after } });
+  });
+  let socket = null;
+  const socketUrls = [];
+  await page.routeWebSocket(`**/kaizen/api/conversations/${id}/events*`, ws => {
+    socket = ws;
+    socketUrls.push(new URL(ws.url()).searchParams.get('after'));
+  });
+  const decided = [];
+  await page.route(url => url.pathname.endsWith('/kaizen/api/approvals/approval-1'), async route => {
+    decided.push(route.request().postDataJSON());
+    await route.fulfill({ json: { id: 'approval-1', status: 'approved', run_id: 'run-1', tool: 'write_file' } });
+    // The card resolves from the journal event, as for every other viewer.
+    const send = frame => socket?.send(JSON.stringify(frame));
+    send(ev('approval.decided', { approval_id: 'approval-1', decision: 'approved', tool: 'write_file' }));
+    send(ev('tool.settled', { step: 1, call_id: 'call-write', name: 'write_file', outcome: 'ok', capability: 'write', content: 'saved' }));
+    send(ev('model.step.started', { step: 2, attempt: 1 }));
+    for (const text of ['Saved ', 'your ', 'todo ']) {
+      send({ live: true, type: 'answer.delta', conversation_id: id, run_id: 'run-1', data: { step: 2, text } });
+    }
+  });
+
+  await openPanel(page);
+  await page.locator(`.jp-Kaizen-conversation[data-conversation-id="${id}"]`).click();
+  const card = page.locator('.jp-Kaizen-approval[data-approval-id="approval-1"]');
+  await card.waitFor({ timeout: TIMEOUT });
+  await page.locator('.jp-Kaizen-tool[data-tool="write_file"][data-outcome="running"] .jp-Kaizen-elapsed').waitFor();
+  await page.locator('.jp-Kaizen-queueItem').first().waitFor();
+  const cardText = await card.innerText();
+  for (const part of ['write_file', 'notes/todo.md', 'write', '9f2c1e77ab0c4d5e']) {
+    if (!cardText.includes(part)) {
+      throw new Error(`approval card lacks ${part}: ${cardText}`);
+    }
+  }
+  await page.screenshot({ path: path.join(shots, 'panel-approval-light.png') });
+  // Keyboard: focus Approve and press Enter.
+  await card.getByRole('button', { name: 'Approve' }).focus();
+  await page.keyboard.press('Enter');
+  await page.locator('.jp-Kaizen-decision[data-decision="approved"]').waitFor({ timeout: TIMEOUT });
+  await page.locator('.jp-Kaizen-answer[data-committed="false"]').waitFor({ timeout: TIMEOUT });
+  const sendLate = frame => socket?.send(JSON.stringify(frame));
+  sendLate(ev('answer.committed', { step: 2, text: 'Saved your todo list.', model: 'fake-model', usage: {} }));
+  sendLate(ev('run.terminal', { status: 'completed', reason: 'answered' }));
+  await page.locator('.jp-Kaizen-answer[data-committed="true"]').waitFor({ timeout: TIMEOUT });
+  if (decided.length !== 1 || decided[0].decision !== 'approve') {
+    throw new Error(`approval POST bodies: ${JSON.stringify(decided)}`);
+  }
+
+  // Resilience: the server drops the socket; the panel resumes after the last seq it applied,
+  // and a replayed (duplicate) event changes nothing.
+  const lastSeq = seq;
+  const answers = await page.locator('.jp-Kaizen-answer').count();
+  const replay = history.at(-1);
+  await socket.close({ code: 1011, reason: 'gone' });
+  await page.locator('.jp-Kaizen-feed[data-phase="reconnecting"]').waitFor({ timeout: TIMEOUT });
+  await page.locator('.jp-Kaizen-feed[data-phase="live"]').waitFor({ timeout: TIMEOUT });
+  if (socketUrls.at(-1) !== String(lastSeq)) {
+    throw new Error(`reconnected with after=${socketUrls.at(-1)}, expected ${lastSeq}`);
+  }
+  socket.send(JSON.stringify(replay));
+  socket.send(JSON.stringify(ev('run.admitted', { model: 'fake-model' }, 'run-2')));
+  await page.locator('.jp-Kaizen-run[data-run-id="run-2"]').waitFor({ timeout: TIMEOUT });
+  if ((await page.locator('.jp-Kaizen-answer').count()) !== answers) {
+    throw new Error('a replayed event was applied twice');
+  }
+  if ((await page.locator('.jp-Kaizen-queueItem').count()) !== 0) {
+    throw new Error('the admitted run is still shown as queued');
+  }
+  await page.close();
+  return socketUrls;
+}
+
+const browser = await chromium.launch({
+  executablePath,
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking']
+});
+const errors = [];
+try {
+  const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+  const page = await context.newPage();
+  page.on('pageerror', error => errors.push(String(error)));
+
+  await openPanel(page);
+  log('panel-open');
+
+  // New chat with the agent picker.
+  const picker = page.locator('.jp-Kaizen-newChat select');
+  await page.waitForFunction(
+    () => document.querySelectorAll('.jp-Kaizen-newChat select option').length > 0,
+    null,
+    { timeout: TIMEOUT }
+  );
+  await picker.selectOption('general');
+  await page.locator('.jp-Kaizen-newChat input[placeholder="New conversation"]').fill('E2E chat');
+  await page.getByRole('button', { name: 'New chat' }).click();
+  await page.locator('.jp-Kaizen-chat').waitFor({ timeout: TIMEOUT });
+  await page.locator('.jp-Kaizen-feed[data-phase="live"]').waitFor({ timeout: TIMEOUT });
+  const conversationId = await page.locator('.jp-Kaizen-chat').getAttribute('data-conversation-id');
+  log('conversation-created', { conversationId });
+
+  // 1. A streamed answer: live text first, then the committed answer in place.
+  await send(page, 'stream please');
+  await page.locator('.jp-Kaizen-answer[data-committed="false"]').first().waitFor({ timeout: TIMEOUT });
+  const partial = await page.locator('.jp-Kaizen-answer[data-committed="false"]').first().innerText();
+  log('streaming-seen', { partial });
+  const committed = page.locator('.jp-Kaizen-answer[data-committed="true"]').first();
+  await committed.waitFor({ timeout: TIMEOUT });
+  await page.waitForFunction(
+    () => document.querySelector('.jp-Kaizen-answer[data-committed="true"]')?.textContent?.includes('streamed to the end'),
+    null,
+    { timeout: TIMEOUT }
+  );
+  log('committed-seen', { text: await committed.innerText() });
+  const live = await page.locator('.jp-Kaizen-srOnly[aria-live="polite"]').innerText();
+  if (!live.includes('streamed to the end')) {
+    throw new Error(`aria-live region did not announce the answer: ${JSON.stringify(live)}`);
+  }
+
+  // 2. A tool call in the timeline, expandable.
+  await send(page, 'who can help');
+  const tool = page.locator('.jp-Kaizen-tool[data-tool="list_available_agents"][data-outcome="ok"]');
+  await tool.waitFor({ timeout: TIMEOUT });
+  await tool.locator('summary').click();
+  const detail = await tool.locator('.jp-Kaizen-toolDetail').innerText();
+  if (!detail.includes('general')) {
+    throw new Error(`tool result not shown: ${detail.slice(0, 200)}`);
+  }
+  await page.waitForFunction(
+    () => [...document.querySelectorAll('.jp-Kaizen-answer[data-committed="true"]')].some(n => n.textContent.includes('General and Search')),
+    null,
+    { timeout: TIMEOUT }
+  );
+  log('tool-seen', { summary: await tool.locator('summary').innerText() });
+
+  // 3. Markdown with a code block gets copy / insert actions; model HTML is not executed.
+  await send(page, 'show code');
+  const code = page.locator('.jp-Kaizen-answer[data-committed="true"] .jp-Kaizen-code').first();
+  await code.waitFor({ timeout: TIMEOUT });
+  await code.getByRole('button', { name: 'Copy' }).waitFor();
+  await code.getByRole('button', { name: 'Insert into notebook' }).waitFor();
+  const injected = await page.evaluate(() => window.__kaizenInjected === true);
+  const scripts = await page.locator('.jp-Kaizen-answer script, .jp-Kaizen-answer [onerror]').count();
+  if (injected || scripts) {
+    throw new Error('model-authored HTML was executed or kept active');
+  }
+  log('markdown-seen');
+
+  // "Insert into notebook": refused without a notebook, then a new cell below the active one.
+  await code.getByRole('button', { name: 'Insert into notebook' }).click();
+  await code.locator('.jp-Kaizen-codeStatus', { hasText: 'Open a notebook first.' }).waitFor();
+  await page.locator('.jp-LauncherCard[data-category="Notebook"]').first().click();
+  await page.locator('.jp-NotebookPanel .jp-Cell').first().waitFor({ timeout: TIMEOUT });
+  await code.getByRole('button', { name: 'Insert into notebook' }).click();
+  await page.waitForFunction(
+    () => [...document.querySelectorAll('.jp-NotebookPanel .jp-Cell')].some(c => c.textContent.includes('print(math.pi)')),
+    null,
+    { timeout: TIMEOUT }
+  );
+  log('inserted-into-notebook', { cells: await page.locator('.jp-NotebookPanel .jp-Cell').count() });
+
+  // 4. Busy room: a slow run, a queued message, then Stop.
+  await send(page, 'slow answer');
+  await page.locator('.jp-Kaizen-run[data-status="running"] .jp-Kaizen-stop').waitFor({ timeout: TIMEOUT });
+  await send(page, 'queued after slow');
+  await page.locator('.jp-Kaizen-queueItem').first().waitFor({ timeout: TIMEOUT });
+  log('queue-seen', { queued: await page.locator('.jp-Kaizen-queueItem').count() });
+  await page.screenshot({ path: path.join(shots, 'panel-light-busy.png') });
+  await page.locator('.jp-Kaizen-run[data-status="running"] .jp-Kaizen-stop').click();
+  await page.locator('.jp-Kaizen-run[data-status="cancelled"]').waitFor({ timeout: TIMEOUT });
+  await page.waitForFunction(
+    () => document.querySelectorAll('.jp-Kaizen-queueItem').length === 0,
+    null,
+    { timeout: TIMEOUT }
+  );
+  await page.waitForFunction(
+    () => [...document.querySelectorAll('.jp-Kaizen-answer[data-committed="true"]')].some(n => n.textContent.includes('Answered in order')),
+    null,
+    { timeout: TIMEOUT }
+  );
+  log('stop-and-dequeue');
+  await page.screenshot({ path: path.join(shots, 'panel-light.png') });
+  const runsBefore = await page.locator('.jp-Kaizen-run').count();
+  const answersBefore = await page.locator('.jp-Kaizen-answer').count();
+
+  // 5. Reload (dark theme): the journal reloads page by page, nothing twice, nothing missing.
+  await setTheme(page, 'JupyterLab Dark');
+  await openPanel(page);
+  const entry = page.locator(`.jp-Kaizen-conversation[data-conversation-id="${conversationId}"]`);
+  await entry.waitFor({ timeout: TIMEOUT });
+  await page.screenshot({ path: path.join(shots, 'panel-list-dark.png') });
+  await entry.click();
+  await page.locator('.jp-Kaizen-feed[data-phase="live"]').waitFor({ timeout: TIMEOUT });
+  await page.waitForFunction(
+    n => document.querySelectorAll('.jp-Kaizen-run').length >= n,
+    runsBefore,
+    { timeout: TIMEOUT }
+  );
+  const runsAfter = await page.locator('.jp-Kaizen-run').count();
+  const answersAfter = await page.locator('.jp-Kaizen-answer').count();
+  if (runsAfter !== runsBefore || answersAfter !== answersBefore) {
+    throw new Error(`after reload ${runsAfter}/${answersAfter} runs/answers, before ${runsBefore}/${answersBefore}`);
+  }
+  const dark = await page.evaluate(() => document.body.dataset.jpThemeLight);
+  log('reloaded', { runs: runsAfter, answers: answersAfter, themeLight: dark });
+  await page.locator('.jp-Kaizen-tool summary').first().click();
+  await page.screenshot({ path: path.join(shots, 'panel-dark.png') });
+  await setTheme(page, 'JupyterLab Light');
+
+  // 6. Keyboard only: Tab reaches the composer, Enter sends.
+  await page.locator('.jp-Kaizen-chatTitle').focus();
+  let reached = false;
+  for (let i = 0; i < 40 && !reached; i++) {
+    await page.keyboard.press('Tab');
+    reached = await page.evaluate(() => document.activeElement?.classList.contains('jp-Kaizen-textarea'));
+  }
+  if (!reached) {
+    throw new Error('the composer is not reachable with Tab');
+  }
+  await page.keyboard.type('say hello');
+  await page.keyboard.press('Shift+Enter');
+  await page.keyboard.type('(keyboard)');
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(
+    () => [...document.querySelectorAll('.jp-Kaizen-answer[data-committed="true"]')].some(n => n.textContent.includes('Hello from the model')),
+    null,
+    { timeout: TIMEOUT }
+  );
+  log('keyboard-send');
+
+  const me = await (
+    await fetch(`${base}kaizen/api/members/me`, { headers: { Authorization: `token ${token}` } })
+  ).json();
+  const socketUrls = await approvalFixture(context, me.member);
+  log('approval-fixture', { socketAfter: socketUrls });
+
+  if (errors.length) {
+    throw new Error(`page errors: ${errors.join(' | ').slice(0, 500)}`);
+  }
+  log('done', { conversationId });
+} catch (error) {
+  console.log(JSON.stringify({ step: 'failed', error: String(error?.stack ?? error).slice(0, 2000) }));
+  try {
+    const pages = browser.contexts().flatMap(c => c.pages());
+    if (pages.length) {
+      await pages.at(-1).screenshot({ path: path.join(shots, 'failure.png') });
+    }
+  } catch {
+    // best effort
+  }
+  process.exitCode = 1;
+} finally {
+  await browser.close();
+}

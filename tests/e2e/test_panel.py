@@ -1,0 +1,131 @@
+"""End to end: the JupyterLab panel in headless Chromium against a real server + fake model.
+
+Runs ``tests/e2e/panel_driver.mjs`` (playwright-core from ``labextension``'s devDependencies)
+against a Jupyter server started with the Kaizen extension and JupyterLab. Needs the built
+panel (``scripts/setup`` builds it), Node.js and ``/usr/bin/chromium`` (or
+``KAIZEN_E2E_CHROMIUM``). Outside CI a missing Chromium skips; with ``CI=true`` it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from kaizen_server_extension.store.engine import sqlite_url_for
+from kaizen_server_extension.testing.fake_openai import FakeOpenAI
+from tests.support.server import SERVER_TOKEN, ServerProcess, start_server
+
+REPO = Path(__file__).resolve().parents[2]
+DRIVER = Path(__file__).with_name("panel_driver.mjs")
+CHROMIUM = os.environ.get("KAIZEN_E2E_CHROMIUM", "/usr/bin/chromium")
+IN_CI = os.environ.get("CI") == "true"
+
+CODE_ANSWER = (
+    "## Plot it\n\nRun this:\n\n```python\nimport math\nprint(math.pi)\n```\n\n"
+    "<img src=\"x\" onerror=\"window.__kaizenInjected=true\">"
+    "<script>window.__kaizenInjected = true</script>\n"
+)
+
+SCRIPTS: list[dict[str, Any]] = [
+    {"match": "stream please", "responses": [
+        {"text": ["This ", "answer ", "is ", "**streamed** ", "to ", "the ", "end", "."],
+         "chunk_delay_ms": 250}]},
+    {"match": "who can help", "responses": [
+        {"tool_calls": [{"name": "list_available_agents", "arguments": {}}]},
+        {"text": "You can use General and Search."}]},
+    {"match": "show code", "responses": [{"text": CODE_ANSWER}]},
+    {"match": "slow answer", "responses": [{"delay_ms": 20000, "text": "Finally."}]},
+    {"match": "queued", "responses": [{"delay_ms": 150, "text": "Answered in order."}]},
+    {"match": "say hello", "responses": [{"text": "Hello from the model."}]},
+    {"responses": [{"text": "Default answer."}]},
+]
+
+SENT = ["stream please", "who can help", "show code", "slow answer", "queued after slow",
+        "say hello\n(keyboard)"]
+
+
+@pytest.fixture
+def node() -> str:
+    """Node.js, the built panel and playwright-core must be there; Chromium may skip."""
+    if not Path(CHROMIUM).exists():
+        if IN_CI:
+            pytest.fail(f"CI must provide Chromium at {CHROMIUM} (apt-get install -y chromium)")
+        pytest.skip(f"Chromium not found at {CHROMIUM} (apt-get install -y chromium)")
+    node = shutil.which("node")
+    assert node, "Node.js is needed to drive the browser"
+    built = REPO / "kaizen_server_extension" / "labextension" / "package.json"
+    assert built.exists(), "build the panel first: scripts/setup (or jlpm build:prod)"
+    assert (REPO / "labextension" / "node_modules" / "playwright-core").exists(), (
+        "install the panel's dev dependencies: cd labextension && jlpm install")
+    return node
+
+
+@pytest.fixture
+def lab_server(node: str, tmp_path: Path) -> Iterator[ServerProcess]:
+    fake = FakeOpenAI(SCRIPTS)
+    root = tmp_path / "server"
+    # No "get notified about Jupyter news?" toast over the panel.
+    settings = root / "config" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    server = start_server(root, sqlite_url_for(root / "kaizen.db"), None, extra_env={
+        "KAIZEN_MODEL_BASE_URL": fake.base_url,
+        "KAIZEN_MODEL": "fake-model",
+    })
+    try:
+        yield server
+    finally:
+        server.stop()
+        fake.close()
+
+
+@pytest.mark.timeout(300)
+def test_panel_end_to_end(node: str, lab_server: ServerProcess, tmp_path: Path) -> None:
+    shots = Path(os.environ.get("KAIZEN_E2E_SCREENSHOTS", tmp_path / "screenshots"))
+    shots.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "KAIZEN_E2E_BASE_URL": lab_server.base_url,
+           "KAIZEN_E2E_TOKEN": SERVER_TOKEN, "KAIZEN_E2E_SCREENSHOTS": str(shots),
+           "KAIZEN_E2E_CHROMIUM": CHROMIUM}
+    owner = {"Authorization": f"token {SERVER_TOKEN}"}
+    # The member's approval mode lives on the server; the panel mirrors it into JupyterLab's
+    # settings registry when it starts.
+    put = httpx.put(lab_server.base_url + "kaizen/api/members/me/settings", headers=owner,
+                    json={"approval_mode": "never_ask"}, timeout=30)
+    assert put.status_code == 200, put.text
+    started = time.monotonic()
+    result = subprocess.run([node, str(DRIVER)], env=env, capture_output=True, text=True,
+                            timeout=240, cwd=REPO)
+    steps = [json.loads(line) for line in result.stdout.splitlines()
+             if line.startswith("{")]
+    report = "\n".join(result.stdout.splitlines()[-20:]) + "\n" + result.stderr[-2000:]
+    assert result.returncode == 0, (
+        f"driver failed after {time.monotonic() - started:.0f}s "
+        f"(screenshots in {shots}):\n{report}\n--- server log ---\n{lab_server.log()[-3000:]}")
+    done = steps[-1]
+    assert done["step"] == "done", report
+    names = [s["step"] for s in steps]
+    for step in ("conversation-created", "streaming-seen", "committed-seen", "tool-seen",
+                 "markdown-seen", "inserted-into-notebook", "queue-seen", "stop-and-dequeue",
+                 "reloaded", "keyboard-send", "approval-fixture"):
+        assert step in names, report
+
+    # The server saw each message exactly once (idempotent sends, no duplicates).
+    with httpx.Client(base_url=lab_server.base_url, headers=owner, timeout=30) as api:
+        page = api.get(f"kaizen/api/conversations/{done['conversationId']}/journal",
+                       params={"limit": 1000}).json()
+        lab_settings = api.get("lab/api/settings/kaizen-jupyter:plugin").json()
+    assert lab_settings["settings"].get("approvalMode") == "never_ask", lab_settings
+    inputs = [e["data"]["text"] for e in page["events"] if e["type"] == "input.accepted"]
+    assert inputs == SENT
+    terminals = [e["data"]["status"] for e in page["events"] if e["type"] == "run.terminal"]
+    assert terminals.count("cancelled") == 1
+    assert len(terminals) == len(SENT)
