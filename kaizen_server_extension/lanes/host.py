@@ -8,11 +8,13 @@ that check.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
+from kaizen_server_extension.policy.redaction import redact
 from kaizen_server_extension.runtime.port import (
     AuthorityBundle,
     AuthorityRejected,
@@ -35,6 +37,25 @@ LIVE_ONLY = frozenset({"answer.delta", "thinking.delta"})
 ModelStream = Callable[[StepSnapshot], AsyncIterator[StepEvent]]
 ToolCaller = Callable[[AuthorityBundle, ToolCallRequest], Awaitable[ToolCallResult]]
 LivePublisher = Callable[[str, str, dict[str, Any]], None]
+
+
+#: Longest argument text journaled for observers; the tool still gets the whole of it.
+MAX_SHOWN_ARGUMENT_CHARS = 4000
+
+
+def shown_arguments(raw: object) -> object:
+    """Arguments as observers may see them: parsed when JSON, credentials redacted, bounded."""
+    if not isinstance(raw, str):
+        return None
+    try:
+        value: object = json.loads(raw)
+    except ValueError:
+        value = raw
+    shown = redact(value)
+    text = json.dumps(shown, ensure_ascii=False)
+    if len(text) > MAX_SHOWN_ARGUMENT_CHARS:
+        return {"truncated": True, "preview": text[:MAX_SHOWN_ARGUMENT_CHARS]}
+    return shown
 
 
 class RunHost:
@@ -93,6 +114,8 @@ class RunHost:
             self._publish_live(bundle.conversation_id, event.kind,
                                {"run_id": bundle.run_id, **data})
             return
+        if event.kind == "tool.requested":
+            data["arguments"] = shown_arguments(data.get("arguments"))
         await self._journal(bundle, event.kind, data,
                             steps=1 if event.kind == "model.step.started" else 0,
                             tool_calls=1 if event.kind == "tool.requested" else 0)

@@ -18,7 +18,9 @@ The controller publishes these trace events (``TraceEvent.data`` keys in bracket
 * ``retry.scheduled`` [step, attempt, reason] — a pre-commit retry of the same snapshot; the
   reason is the content-free error code or ``empty_response``;
 * ``correction.applied`` [step, rule_id, attempt] — the rule id only, never the rejected text;
-* ``tool.requested`` [step, call_id, name] — immediately before ``HostPort.call_tool``;
+* ``tool.requested`` [step, call_id, name, arguments] — immediately before
+  ``HostPort.call_tool``; ``arguments`` is the raw text, which the backend redacts and bounds
+  before anything stores or shows it;
 * ``answer.committed`` [step, text, model, usage{prompt_tokens, completion_tokens,
   total_tokens, cost}] — just before the terminal publication.
 
@@ -477,7 +479,8 @@ class TurnController:
                 if closing:
                     return None
                 await self._publish(
-                    "tool.requested", {"step": step, "call_id": call.call_id, "name": call.name}
+                    "tool.requested", {"step": step, "call_id": call.call_id, "name": call.name,
+                                       "arguments": call.arguments}
                 )
                 result = await self._port.call_tool(
                     self._bundle,

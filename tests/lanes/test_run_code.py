@@ -32,6 +32,15 @@ SCRIPTS = [
         {"tool_calls": [{"name": "run_code", "arguments": {
             "code": "1/0", "artifact_targets": []}}]},
         {"text": "The program divided by zero."}]},
+    {"match": "ask first", "responses": [
+        {"tool_calls": [{"name": "run_code", "arguments": {
+            "code": "auth = 'Bearer sk-hidden-from-the-card'\nprint('approved run')",
+            "artifact_targets": []}}]},
+        {"text": "Ran it after approval."}]},
+    {"match": "ask again", "responses": [
+        {"tool_calls": [{"name": "run_code", "arguments": {
+            "code": "print('never runs')", "artifact_targets": []}}]},
+        {"text": "You declined, so I did not run it."}]},
     {"match": "no targets", "responses": [
         {"tool_calls": [{"name": "run_code", "arguments": {"code": "print(1)"}}]},
         {"text": "I forgot the targets."}]},
@@ -91,3 +100,66 @@ def test_missing_artifact_targets_is_a_schema_error(kernel_server: ServerProcess
     call = _settled_call(kernel_server, "run with no targets")
     assert call["outcome"] == "error"
     assert "artifact_targets" in str(call["content"])
+
+
+def _await_pending(client: object, run_id: str) -> dict[str, object]:
+    import time
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        listed = client.get("approvals", params={"status": "pending"})  # type: ignore[attr-defined]
+        pending = [a for a in listed.json() if a["run_id"] == run_id]
+        if pending:
+            return dict(pending[0])
+        time.sleep(0.05)
+    raise AssertionError("no approval was requested")
+
+
+@pytest.mark.rule("R-224", "R-238", "R-240")
+def test_always_ask_parks_the_run_until_the_member_approves_once(
+    kernel_server: ServerProcess,
+) -> None:
+    with kernel_server.client("bob") as bob, kernel_server.client("carol") as carol:
+        bob.put("members/me/settings", json={"approval_mode": "always_ask"})
+        room = _room(bob)
+        accepted = _send(bob, room, "ask first, then run")
+        approval = _await_pending(bob, accepted["run_id"])
+        assert approval["tool"] == "run_code"
+        assert bob.get(f"runs/{accepted['run_id']}").json()["status"] == "awaiting_approval"
+        # The card shows the arguments, credentials redacted, before anything ran.
+        assert "sk-hidden-from-the-card" not in str(approval["arguments"])
+        assert not [e for e in _events(bob, room, accepted["run_id"])
+                    if e["type"] == "tool.settled"]
+        # Only the initiating member decides; anyone else sees nothing.
+        assert carol.post(f"approvals/{approval['id']}",
+                          json={"decision": "approve"}).status_code == 404
+        assert bob.post(f"approvals/{approval['id']}",
+                        json={"decision": "approve"}).status_code == 200
+        assert bob.post(f"approvals/{approval['id']}",
+                        json={"decision": "deny"}).status_code == 409
+        run = _settled(bob, accepted["run_id"], timeout=90)
+        assert run["status"] == "completed"
+        settled = [e for e in _events(bob, room, accepted["run_id"])
+                   if e["type"] == "tool.settled"]
+        assert len(settled) == 1 and settled[0]["data"]["outcome"] == "ok"
+        assert "approved run" in settled[0]["data"]["content"]
+        statuses = {a["id"]: a["status"] for a in bob.get("approvals").json()}
+        assert statuses[approval["id"]] == "consumed"  # the receipt was used exactly once
+        bob.put("members/me/settings", json={"approval_mode": "ask_for_writes"})
+
+
+def test_a_denied_call_never_runs_and_the_model_is_told(kernel_server: ServerProcess) -> None:
+    with kernel_server.client("dave") as dave:
+        dave.put("members/me/settings", json={"approval_mode": "always_ask"})
+        room = _room(dave)
+        accepted = _send(dave, room, "ask again please")
+        approval = _await_pending(dave, accepted["run_id"])
+        assert dave.post(f"approvals/{approval['id']}",
+                         json={"decision": "deny"}).status_code == 200
+        run = _settled(dave, accepted["run_id"], timeout=60)
+        assert run["status"] == "completed"
+        settled = [e for e in _events(dave, room, accepted["run_id"])
+                   if e["type"] == "tool.settled"]
+        assert len(settled) == 1 and settled[0]["data"]["outcome"] == "error"
+        assert "declined" in settled[0]["data"]["content"]
+        assert "never runs" not in str(settled)

@@ -38,7 +38,8 @@ async def test_tool_results_return_to_context_and_an_error_result_does_not_end_t
         "c1",
         "index unavailable",
     )
-    assert host.of("tool.requested") == [{"step": 1, "call_id": "c1", "name": "search_docs"}]
+    assert host.of("tool.requested") == [
+        {"step": 1, "call_id": "c1", "name": "search_docs", "arguments": "{}"}]
     assert host.log.index("publish:tool.requested") < host.log.index("call_tool:c1")
 
 
