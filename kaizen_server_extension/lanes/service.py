@@ -58,6 +58,8 @@ class FrozenTools:
     required_tool: str | None
     # The backend's own frozen catalog, handed back to it when the run's caller is built.
     catalog: object = None
+    # Held back behind tool discovery until a search reveals them.
+    deferred: tuple[AdvertisedTool, ...] = ()
 
 
 class ToolBackend(Protocol):
@@ -215,6 +217,7 @@ class LaneService:
             synthesis=SYNTHESIS,
             correction_rules=self._config.correction_rules,
             required_tool=tools.required_tool,
+            deferred=tools.deferred,
         )
 
         cap = self._config.daily_tokens

@@ -7,6 +7,7 @@ controller sees only ``HostPort.call_tool``; everything here runs in the trusted
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import uuid
@@ -35,6 +36,7 @@ from kaizen_server_extension.store.policy import (
 from kaizen_server_extension.store.records import AgentRecord, ConversationRecord
 from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.tools.catalog import FrozenCatalog, freeze_catalog
+from kaizen_server_extension.tools.discovery import TOOL_SEARCH_NAME
 from kaizen_server_extension.tools.metrics import ToolMetrics
 from kaizen_server_extension.tools.pipeline import ToolPipeline
 from kaizen_server_extension.tools.registry import ToolRegistry
@@ -131,8 +133,12 @@ class PipelineToolBackend:
                request_text: str) -> FrozenTools:
         catalog = self.catalog(agent=agent, conversation=conversation, member=member,
                                request_text=request_text)
+        shown = {t.name for t in catalog.first_step}
+        deferred = tuple(catalog.projected[name] for name in catalog.deferred
+                         if name not in shown)
         return FrozenTools(advertised=catalog.first_step, digest=catalog.digest,
-                           required_tool=catalog.required_tool, catalog=catalog)
+                           required_tool=catalog.required_tool, catalog=catalog,
+                           deferred=deferred)
 
     def caller(self, *, bundle: AuthorityBundle, tools: FrozenTools,
                cancelled: asyncio.Event) -> ToolCaller:
@@ -144,9 +150,12 @@ class PipelineToolBackend:
             if registered is not None:
                 registered_tools[name] = registered
 
+        # Grows as discovery reveals deferred tools, so a later search reports them callable.
+        callable_now = {t.name for t in tools.advertised}
+        deferred_names = {t.name for t in tools.deferred}
         services: dict[str, Any] = {
             **self._services, "catalog": catalog, "run_code": self._run_code,
-            "callable_tools": frozenset(t.name for t in tools.advertised)}
+            "callable_tools": callable_now}
 
         async def execute(tool: RegisteredTool, run_bundle: AuthorityBundle,
                           arguments: Mapping[str, Any], /) -> object:
@@ -176,7 +185,10 @@ class PipelineToolBackend:
         async def call(run_bundle: AuthorityBundle, request: ToolCallRequest) -> ToolCallResult:
             while True:
                 try:
-                    return await pipeline.run(run_bundle, request)
+                    result = await pipeline.run(run_bundle, request)
+                    if request.name == TOOL_SEARCH_NAME and not result.failed:
+                        result = _with_reveals(result, deferred_names, callable_now)
+                    return result
                 except ApprovalPending as pending:
                     decision = await self._await_decision(pending.approval_id, cancelled)
                     if decision == "denied":
@@ -198,6 +210,23 @@ class PipelineToolBackend:
             if cancelled.is_set():
                 raise RunCancelled()
             await asyncio.sleep(APPROVAL_POLL_S)
+
+
+def _with_reveals(result: ToolCallResult, deferred: set[str],
+                  callable_now: set[str]) -> ToolCallResult:
+    """Deferred matches of a search become callable from the next step (R-297). The names
+    come from the search's own projection but only frozen deferred tools count."""
+    try:
+        body = json.loads(result.content)
+    except ValueError:
+        return result
+    named = body.get("newly_callable") if isinstance(body, dict) else None
+    if not isinstance(named, list):
+        return result
+    revealed = tuple(n for n in named if isinstance(n, str) and n in deferred
+                     and n not in callable_now)
+    callable_now.update(revealed)
+    return dataclasses.replace(result, reveals=revealed) if revealed else result
 
 
 def _declined(request: ToolCallRequest, catalog: FrozenCatalog) -> ToolCallResult:

@@ -164,6 +164,7 @@ class TurnController:
         self._required = manifest.required_tool if self._required_tools else None
 
         self._transcript = Transcript(manifest.context)
+        self._advertised: tuple[AdvertisedTool, ...] = manifest.catalog
         self._results: list[ToolCallResult] = []
         self._step = 0
         self._rounds = 0
@@ -179,6 +180,15 @@ class TurnController:
         #: True once this controller's terminal won the compare-and-set; False when it stood
         #: down or the run was cancelled; None while running.
         self.settled: bool | None = None
+
+    def _reveal(self, names: Sequence[str]) -> None:
+        """Advertise deferred tools the backend revealed, from the next step on (R-297).
+        Only names frozen into this run's deferred set can appear; the grant never grows."""
+        shown = {t.name for t in self._advertised}
+        extra = tuple(t for t in self._manifest.deferred
+                      if t.name in names and t.name not in shown)
+        if extra:
+            self._advertised = self._advertised + extra
 
     # --- entry point ----------------------------------------------------------------
 
@@ -219,7 +229,7 @@ class TurnController:
                     return self._failed("required_tool_not_called")
                 return await self._synthesize()
             required = self._required
-            tools = self._required_tools if required else self._manifest.catalog
+            tools = self._required_tools if required else self._advertised
             snapshot = self._transcript.snapshot(self._next_step(), tools, required_tool=required)
             # While a required tool is pending its answer text is suppressed (R-304).
             sample = await self._sample(snapshot, publish_text=required is None)
@@ -488,6 +498,7 @@ class TurnController:
                 )
                 self._touch()
                 self._results.append(result)
+                self._reveal(result.reveals)
                 closing = closing or result.closes_turn
                 return result
 

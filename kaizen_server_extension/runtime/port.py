@@ -106,6 +106,8 @@ class ToolCallResult:
     # True when the call might have changed something (write/sensitive/undeclared/delegation).
     may_have_effect: bool = False
     delegated: bool = False
+    # Deferred catalog tools the backend made callable from the next step (tool discovery).
+    reveals: tuple[str, ...] = ()
 
     @property
     def failed(self) -> bool:
@@ -343,3 +345,5 @@ class RunManifest:
     synthesis: SynthesisInstructions
     correction_rules: tuple[CorrectionRule, ...] = ()
     required_tool: str | None = None
+    # Frozen tools held back behind discovery; revealed only by a result's ``reveals``.
+    deferred: tuple[AdvertisedTool, ...] = ()

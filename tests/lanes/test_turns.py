@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.server import ServerProcess
+from tests.support.server import SERVER_TOKEN, ServerProcess
 
 TERMINAL = {"completed", "failed", "answer_unavailable", "cancelled"}
 
@@ -76,6 +76,11 @@ def test_a_tool_call_goes_through_the_pipeline(model_server: ServerProcess) -> N
         assert settled["data"]["outcome"] == "ok"
         assert "General" in settled["data"]["content"]
         assert "persona" not in settled["data"]["content"]  # a projection, not the rows
+    # Every invocation is counted by tool, capability and outcome in the server's /metrics.
+    metrics = httpx.get(model_server.base_url + "metrics",
+                        headers={"Authorization": f"token {SERVER_TOKEN}"}).text
+    assert ('kaizen_tool_invocations_total{capability="read",outcome="ok",'
+            'tool="list_available_agents"}') in metrics
 
 
 @pytest.mark.rule("R-001")

@@ -188,3 +188,23 @@ async def test_an_active_tool_call_holds_the_inactivity_lease() -> None:
     assert outcome.status is TerminalStatus.COMPLETED
     assert host.heartbeats >= 1
     assert [kind for kind, _ in host.bundles].count("heartbeat") == host.heartbeats
+
+
+@pytest.mark.rule("R-297")
+async def test_a_revealed_deferred_tool_is_advertised_from_the_next_step_only() -> None:
+    from .fakes import tool
+
+    hidden, foreign = tool("deep_search"), "not_frozen"
+    host = FakeHost(
+        [calls(("c1", TOOL_SEARCH)), calls(("c2", "deep_search")), say("Found it.")],
+        tools={TOOL_SEARCH: returns(reveals=("deep_search", foreign)),
+               "deep_search": returns()},
+    )
+    outcome = await drive(host, deferred=(hidden,))
+
+    assert outcome.status is TerminalStatus.COMPLETED
+    first, second = ({t.name for t in s.tools} for s in host.snapshots[:2])
+    assert "deep_search" not in first
+    assert "deep_search" in second
+    # A name the backend never froze as deferred cannot be advertised, whatever a result says.
+    assert all(foreign not in {t.name for t in s.tools} for s in host.snapshots)
