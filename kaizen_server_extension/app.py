@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -9,35 +10,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pluggy
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Int, Set, Unicode, default
+from traitlets import Int, List, Set, Unicode, default
 
+from kaizen_server_extension.agents import AgentDefinition, AgentRegistrationError, collect_agents
 from kaizen_server_extension.events import EventBus, LiveEventInvalid, PostgresLink
 from kaizen_server_extension.settings import RuntimeSettings, SettingsError
 from kaizen_server_extension.store import Store, create_engine, run_blocking, upgrade
 from kaizen_server_extension.store.engine import is_sqlite, sqlite_url_for
+from kaizen_server_extension.tools.registry import build_plugin_manager, collect_registrations
 
-DEFAULT_AGENTS: tuple[dict[str, Any], ...] = (
-    {
-        "agent_id": "general",
-        "name": "General",
-        "mode": "chat",
-        "persona": "You are Kaizen, a careful assistant working beside the member's Jupyter "
-        "kernels. Answer plainly, use tools when they help, and say what you could not do.",
-        "tool_ceiling": ("list_available_agents", "show_chat_canvas", "visualize_read_me",
-                         "run_code"),
-    },
-    {
-        "agent_id": "search",
-        "name": "Search",
-        "mode": "search",
-        "persona": "You find and cite what the member asks about. Prefer evidence from tools "
-        "over recollection, and name your sources.",
-        "tool_ceiling": ("list_available_agents",),
-    },
-)
 
+@dataclass(frozen=True)
+class LoadedPlugins:
+    pm: pluggy.PluginManager
+    first_party: frozenset[str]
 
 def default_database_url() -> str:
     return sqlite_url_for(Path(jupyter_data_dir()) / "kaizen" / "kaizen.db")
@@ -109,6 +98,17 @@ class KaizenApp(ExtensionApp):
         config=True
     )
 
+    plugins = List(
+        Unicode(),
+        help="Extra plugin modules to load, as a third party would register them (default: "
+        "KAIZEN_PLUGINS, comma-separated). Installed packages use the `kaizen` entry point.",
+    ).tag(config=True)
+
+    @default("plugins")
+    def _default_plugins(self) -> list[str]:
+        raw = os.environ.get("KAIZEN_PLUGINS", "")
+        return [p.strip() for p in raw.split(",") if p.strip()]
+
     model_api_key_env = Unicode(
         "KAIZEN_MODEL_API_KEY",
         help="Name of the environment variable holding the model API key.",
@@ -152,8 +152,13 @@ class KaizenApp(ExtensionApp):
                 "Invalid setting KAIZEN_MAX_MESSAGE_BYTES: must be between 1 and 67108864"
             )
         schema = self.database_schema or None
+        plugins = self._load_plugins()
         try:
-            run_blocking(lambda: bootstrap(self.database_url, schema))
+            agents = collect_agents(collect_registrations(plugins.pm, "kaizen_register_agents"))
+        except AgentRegistrationError as exc:
+            self._refuse_to_start(str(exc))
+        try:
+            run_blocking(lambda: bootstrap(self.database_url, schema, agents))
         except Exception as exc:
             self.log.critical("Kaizen could not migrate its database: %s",
                               type(exc).__name__, exc_info=True)
@@ -172,7 +177,7 @@ class KaizenApp(ExtensionApp):
         store.add_listener(ctx.bus.publish_appended)
         if not is_sqlite(self.database_url):
             ctx.events_link = PostgresLink(ctx.bus, self.database_url, schema)
-        self._wire_runtime(ctx)
+        self._wire_runtime(ctx, plugins)
         self.kaizen = ctx
         self.settings.update({"kaizen": ctx})
         self.log.info("Kaizen store: %s", _redact_url(self.database_url))
@@ -182,18 +187,38 @@ class KaizenApp(ExtensionApp):
 
         self.handlers.extend(handlers.routes())
 
-    def _wire_runtime(self, ctx: KaizenContext) -> None:
+    def _load_plugins(self) -> LoadedPlugins:
+        """First-party plugins, the ``kaizen`` entry points and ``c.KaizenApp.plugins``,
+        through one pluggy manager; a bad plugin stops start-up naming it."""
+        extra: list[tuple[str, object]] = []
+        for name in self.plugins:
+            try:
+                extra.append((name, importlib.import_module(name)))
+            except ImportError as exc:
+                self._refuse_to_start(f"Invalid setting KAIZEN_PLUGINS: cannot import {name} "
+                                      f"({exc})")
+        pm, first_party = build_plugin_manager(extra_plugins=extra)
+        return LoadedPlugins(pm, first_party)
+
+    def _wire_runtime(self, ctx: KaizenContext, plugins: LoadedPlugins) -> None:
         """Tool registry, guarded pipeline, model gateway and the room lanes."""
         from kaizen_server_extension.gateway import GatewayConfig, ModelGateway
         from kaizen_server_extension.lanes.service import LaneConfig, LaneService
         from kaizen_server_extension.lanes.tooling import PipelineToolBackend
-        from kaizen_server_extension.tools.registry import ToolRegistry
+        from kaizen_server_extension.policy.guardrails import GuardrailChain
+        from kaizen_server_extension.tools.registry import ToolRegistrationError, ToolRegistry
 
-        registry = ToolRegistry.from_plugins()
+        try:
+            registry = ToolRegistry.from_plugin_manager(plugins.pm, plugins.first_party)
+        except ToolRegistrationError as exc:
+            self._refuse_to_start(f"A tool plugin was refused: {exc}")
+        guardrails = GuardrailChain.from_registrations(
+            collect_registrations(plugins.pm, "kaizen_register_guardrails"))
         ctx.tools = PipelineToolBackend(
             ctx.store, registry,
             discovery_enabled=ctx.runtime.AGENT_TOOL_DISCOVERY_ENABLED,
             authorize=self._tool_authorizer(),
+            guardrails=guardrails,
         )
         gateway: ModelGateway | None = None
         if ctx.model_base_url:
@@ -292,14 +317,17 @@ class KaizenApp(ExtensionApp):
         raise SystemExit(2)
 
 
-async def bootstrap(url: str, schema: str | None) -> None:
-    """Migrate the schema and seed the default agents before the server takes requests."""
+async def bootstrap(url: str, schema: str | None,
+                    agents: tuple[AgentDefinition, ...]) -> None:
+    """Migrate the schema and seed the plugins' agents before the server takes requests."""
     engine = create_engine(url, schema=schema)
     try:
         await upgrade(engine, schema)
         store = Store(engine)
-        for agent in DEFAULT_AGENTS:
-            await store.agents.ensure_system_agent(**agent)
+        for agent in agents:
+            await store.agents.ensure_system_agent(
+                agent.agent_id, agent.name, persona=agent.persona, mode=agent.mode,
+                tool_ceiling=agent.tool_ceiling)
     finally:
         await engine.dispose()
 

@@ -18,6 +18,7 @@ from typing import Any
 from kaizen_server_extension.lanes.host import ToolCaller
 from kaizen_server_extension.lanes.service import FrozenTools
 from kaizen_server_extension.policy.errors import ApprovalPending
+from kaizen_server_extension.policy.guardrails import GuardrailChain
 from kaizen_server_extension.runtime.port import (
     AuthorityBundle,
     Capability,
@@ -103,12 +104,14 @@ class PipelineToolBackend:
         discovery_enabled: bool,
         authorize: Callable[[str, str], bool] | None = None,
         metrics: ToolMetrics | None = None,
+        guardrails: GuardrailChain | None = None,
     ) -> None:
         self._store = store
         self._registry = registry
         self._discovery = discovery_enabled
         self.permissions = StorePermissions(store, authorize)
         self._metrics = metrics
+        self._guardrails = guardrails
         self._services: dict[str, Any] = {"agents": AgentRoster(store)}
         self._run_code: Any = None
         capability_of = {d.name: d.capability.value for d in registry.descriptors()}
@@ -179,6 +182,7 @@ class PipelineToolBackend:
             roster_is_only_initiator=roster_is_only_initiator,
             audit=StoreAudit(store),
             metrics=self._metrics,
+            guardrails=self._guardrails,
             cancelled=cancelled,
         )
 

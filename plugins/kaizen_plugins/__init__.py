@@ -7,4 +7,5 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "kaizen_plugins.canvas",
     "kaizen_plugins.readme",
     "kaizen_plugins.code",
+    "kaizen_plugins.agents",
 )

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 from alembic import context
 from sqlalchemy import Connection
 
-from kaizen_server_extension.store.models import Base
+from kaizen_server_extension.store.models import Base, UTCDateTime
 
 config = context.config
 target_metadata = Base.metadata
+
+
+def _render_item(type_: str, obj: Any, autogen_context: Any) -> str | Literal[False]:
+    # Migrations are frozen text: render the UTC wrapper as the plain column type it stores.
+    if type_ == "type" and isinstance(obj, UTCDateTime):
+        return "sa.DateTime(timezone=True)"
+    return False
 
 
 def _run(connection: Connection) -> None:
@@ -17,6 +26,7 @@ def _run(connection: Connection) -> None:
         target_metadata=target_metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        render_item=_render_item,
     )
     with context.begin_transaction():
         context.run_migrations()

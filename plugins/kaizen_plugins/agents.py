@@ -1,0 +1,36 @@
+"""The default agents, registered through the same hook a third-party package uses."""
+
+from __future__ import annotations
+
+from kaizen_server_extension.agents import AgentDefinition
+from kaizen_server_extension.tools import hookimpl
+from kaizen_server_extension.tools.hookspecs import Registrar
+
+GENERAL = AgentDefinition(
+    agent_id="general",
+    name="General",
+    mode="chat",
+    persona=(
+        "You are Kaizen, a careful assistant working beside the member's Jupyter kernels. "
+        "Answer plainly, use tools when they help, and say what you could not do."
+    ),
+    tool_ceiling=("list_available_agents", "show_chat_canvas", "visualize_read_me",
+                  "run_code"),
+)
+
+SEARCH = AgentDefinition(
+    agent_id="search",
+    name="Search",
+    mode="search",
+    persona=(
+        "You find and cite what the member asks about. Prefer evidence from tools over "
+        "recollection, and name your sources."
+    ),
+    tool_ceiling=("list_available_agents",),
+)
+
+
+@hookimpl
+def kaizen_register_agents(register: Registrar) -> None:
+    register(GENERAL)
+    register(SEARCH)
