@@ -41,10 +41,17 @@ class Agents:
 
 
 def test_default_plugins_register_every_family():
+    import importlib
+
+    from kaizen_server_extension.tools.manifest import BUILTIN_TOOLS
+
     registry = ToolRegistry.from_plugins(load_entrypoints=False)
-    owners = {registry.owner(n) for n in ("list_available_agents", "show_chat_canvas",
-                                           "visualize_read_me", "run_code")}
-    assert owners == set(DEFAULT_PLUGINS)
+    # Every built-in is registered by the module the manifest names for it...
+    assert {n: registry.owner(n) for n in BUILTIN_TOOLS} == dict(BUILTIN_TOOLS)
+    # ...and every default plugin with a tool hook owns at least one of them.
+    tool_families = {m for m in DEFAULT_PLUGINS
+                     if hasattr(importlib.import_module(m), "kaizen_register_tools")}
+    assert tool_families <= set(BUILTIN_TOOLS.values())
 
 
 @pytest.mark.rule("R-220")
