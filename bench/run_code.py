@@ -1,0 +1,130 @@
+"""run_code figures: the tools bridge round trip from kernel code, and trivial executions.
+
+Prints one JSON line per figure (``"bench": "run_code"``, the figure under ``"figure"``):
+
+* ``bridge_round_trip`` — ``tools.call`` timed *inside* a persistent kernel against a trivial
+  dispatch over real loopback HTTP, vs awaiting the same dispatch in process (baseline);
+* ``run_code_persistent`` / ``run_code_ephemeral`` — a trivial ``1+1`` through
+  ``RunCodeService.run`` (persistent lease; ephemeral from the warm pool), vs a bare call;
+* ``wall_limit_recovery`` — from the wall limit firing on a SIGINT-ignoring C loop to a
+  usable kernel again;
+* ``output_flood`` — printing 50 MiB: time until the call returns with ≤ the output cap.
+
+Usage: ``python bench/run_code.py [--n N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import tornado.httpserver
+import tornado.netutil
+import tornado.web
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchkit import bare_async_call_ns, emit, now_ns, ratio, summary, us
+
+from kaizen_kernel.bridge import bridge_handlers, bridge_url
+from kaizen_kernel.leases import KernelLease
+from kaizen_kernel.limits import ExecutionBudget
+from kaizen_kernel.service import RunCodeConfig, RunCodeService
+from kaizen_server_extension.runtime.port import Capability
+
+READ_TOOLS = {"echo": Capability.READ}
+
+
+async def dispatch(lease: KernelLease, name: str, arguments: dict[str, Any]) -> Any:
+    return {"echo": arguments}
+
+
+def timing_program(n: int) -> str:
+    # Measured inside the kernel, so the figure is what agent code experiences.
+    return f"""
+import json, time
+samples = []
+for i in range({n}):
+    t = time.perf_counter_ns()
+    tools.call("echo", {{"i": i}})
+    samples.append(time.perf_counter_ns() - t)
+print(json.dumps(samples))
+"""
+
+
+async def main(n: int) -> None:
+    root = Path(tempfile.mkdtemp(prefix="kaizen-bench-"))
+    service = RunCodeService(RunCodeConfig(
+        state_root=root, jail="off", pool_sizes={"python": 2},
+        budget=ExecutionBudget(wall_seconds=20, output_bytes=1024 * 1024)))
+    app = tornado.web.Application(bridge_handlers("/", service.leases, dispatch))
+    sockets = tornado.netutil.bind_sockets(0, "127.0.0.1", family=socket.AF_INET)
+    server = tornado.httpserver.HTTPServer(app)
+    server.add_sockets(sockets)
+    service.bridge_url = bridge_url(f"http://127.0.0.1:{sockets[0].getsockname()[1]}/")
+    await service.start()
+    try:
+        baseline_ns = await bare_async_call_ns()
+        # Bridge: timed inside the kernel.
+        result = await service.run("bench", "room", timing_program(n), "python", True, [],
+                                   callable_tools=READ_TOOLS)
+        samples = json.loads(result.stdout.strip().splitlines()[-1])
+        direct: list[int] = []
+        for i in range(n):
+            start = now_ns()
+            await dispatch(None, "echo", {"i": i})  # type: ignore[arg-type]
+            direct.append(now_ns() - start)
+        stats = summary(samples)
+        emit({"db": "none", "bench": "run_code", "figure": "bridge_round_trip", **stats,
+              "baseline_p50_us": summary(direct)["p50_us"],
+              "ratio": ratio(stats["p50_us"], summary(direct)["p50_us"]),
+              "target_p50_us": 1000.0, "meets_target": stats["p50_us"] <= 1000.0, "n": n})
+
+        for persistent, figure, target in ((True, "run_code_persistent", 10_000.0),
+                                           (False, "run_code_ephemeral", 60_000.0)):
+            runs: list[int] = []
+            for _ in range(max(5, n // 10)):
+                start = now_ns()
+                done = await service.run("bench", "room", "1+1", "python", persistent, [])
+                runs.append(now_ns() - start)
+                assert done.status == "ok", done.to_payload()
+            stats = summary(runs)
+            emit({"db": "none", "bench": "run_code", "figure": figure, **stats, "baseline_p50_us": us(baseline_ns / 1000),
+                  "ratio": ratio(stats["p50_us"], baseline_ns / 1000),
+                  "target_p50_us": target, "meets_target": stats["p50_us"] <= target,
+                  "n": len(runs)})
+
+        started = time.monotonic()
+        slow = await service.run("bench", "room", "sum(range(10**12))", "python", True, [],
+                                 wall_seconds=1)
+        after_limit = time.monotonic()
+        usable = await service.run("bench", "room", "1+1", "python", True, [])
+        recovered = time.monotonic()
+        emit({"db": "none", "bench": "run_code", "figure": "wall_limit_recovery", "status": slow.status,
+              "limit_to_usable_ms": round((recovered - started - 1) * 1000, 1),
+              "call_returned_after_ms": round((after_limit - started) * 1000, 1),
+              "usable": usable.status == "ok", "n": 1})
+
+        start = now_ns()
+        flood = await service.run("bench", "room", "print('x' * (50 * 1024 * 1024))",
+                                  "python", False, [])
+        emit({"db": "none", "bench": "run_code", "figure": "output_flood", "ms": round((now_ns() - start) / 1e6, 1),
+              "collected_bytes": len(flood.stdout.encode()), "truncated": flood.output_truncated,
+              "cap_bytes": 1024 * 1024, "n": 1})
+    finally:
+        server.stop()
+        await service.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--n", type=int, default=200)
+    parser.add_argument("--db", default="none", help="accepted for uniformity; no database")
+    asyncio.run(main(parser.parse_args().n))
