@@ -23,5 +23,7 @@ BUILTIN_TOOLS: Mapping[str, str] = MappingProxyType(
         "show_chat_canvas": "kaizen_plugins.canvas",
         "visualize_read_me": "kaizen_plugins.readme",
         "run_code": "kaizen_plugins.code",
+        "read_workspace": "kaizen_plugins.workspace",
+        "edit_workspace": "kaizen_plugins.workspace",
     }
 )

@@ -8,4 +8,5 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "kaizen_plugins.readme",
     "kaizen_plugins.code",
     "kaizen_plugins.agents",
+    "kaizen_plugins.workspace",
 )

@@ -15,7 +15,7 @@ GENERAL = AgentDefinition(
         "Answer plainly, use tools when they help, and say what you could not do."
     ),
     tool_ceiling=("list_available_agents", "show_chat_canvas", "visualize_read_me",
-                  "run_code"),
+                  "run_code", "read_workspace", "edit_workspace"),
 )
 
 SEARCH = AgentDefinition(
