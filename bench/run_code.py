@@ -61,9 +61,14 @@ print(json.dumps(samples))
 
 async def main(n: int) -> None:
     root = Path(tempfile.mkdtemp(prefix="kaizen-bench-"))
-    service = RunCodeService(RunCodeConfig(
-        state_root=root, jail="off", pool_sizes={"python": 2},
-        budget=ExecutionBudget(wall_seconds=20, output_bytes=1024 * 1024)))
+    service = RunCodeService(
+        RunCodeConfig(
+            state_root=root,
+            jail="off",
+            pool_sizes={"python": 2},
+            budget=ExecutionBudget(wall_seconds=20, output_bytes=1024 * 1024),
+        )
+    )
     app = tornado.web.Application(bridge_handlers("/", service.leases, dispatch))
     sockets = tornado.netutil.bind_sockets(0, "127.0.0.1", family=socket.AF_INET)
     server = tornado.httpserver.HTTPServer(app)
@@ -73,8 +78,9 @@ async def main(n: int) -> None:
     try:
         baseline_ns = await bare_async_call_ns()
         # Bridge: timed inside the kernel.
-        result = await service.run("bench", "room", timing_program(n), "python", True, [],
-                                   callable_tools=READ_TOOLS)
+        result = await service.run(
+            "bench", "room", timing_program(n), "python", True, [], callable_tools=READ_TOOLS
+        )
         samples = json.loads(result.stdout.strip().splitlines()[-1])
         direct: list[int] = []
         for i in range(n):
@@ -82,13 +88,24 @@ async def main(n: int) -> None:
             await dispatch(None, "echo", {"i": i})  # type: ignore[arg-type]
             direct.append(now_ns() - start)
         stats = summary(samples)
-        emit({"db": "none", "bench": "run_code", "figure": "bridge_round_trip", **stats,
-              "baseline_p50_us": summary(direct)["p50_us"],
-              "ratio": ratio(stats["p50_us"], summary(direct)["p50_us"]),
-              "target_p50_us": 1000.0, "meets_target": stats["p50_us"] <= 1000.0, "n": n})
+        emit(
+            {
+                "db": "none",
+                "bench": "run_code",
+                "figure": "bridge_round_trip",
+                **stats,
+                "baseline_p50_us": summary(direct)["p50_us"],
+                "ratio": ratio(stats["p50_us"], summary(direct)["p50_us"]),
+                "target_p50_us": 1000.0,
+                "meets_target": stats["p50_us"] <= 1000.0,
+                "n": n,
+            }
+        )
 
-        for persistent, figure, target in ((True, "run_code_persistent", 10_000.0),
-                                           (False, "run_code_ephemeral", 60_000.0)):
+        for persistent, figure, target in (
+            (True, "run_code_persistent", 10_000.0),
+            (False, "run_code_ephemeral", 60_000.0),
+        ):
             runs: list[int] = []
             for _ in range(max(5, n // 10)):
                 start = now_ns()
@@ -96,28 +113,56 @@ async def main(n: int) -> None:
                 runs.append(now_ns() - start)
                 assert done.status == "ok", done.to_payload()
             stats = summary(runs)
-            emit({"db": "none", "bench": "run_code", "figure": figure, **stats, "baseline_p50_us": us(baseline_ns / 1000),
-                  "ratio": ratio(stats["p50_us"], baseline_ns / 1000),
-                  "target_p50_us": target, "meets_target": stats["p50_us"] <= target,
-                  "n": len(runs)})
+            emit(
+                {
+                    "db": "none",
+                    "bench": "run_code",
+                    "figure": figure,
+                    **stats,
+                    "baseline_p50_us": us(baseline_ns / 1000),
+                    "ratio": ratio(stats["p50_us"], baseline_ns / 1000),
+                    "target_p50_us": target,
+                    "meets_target": stats["p50_us"] <= target,
+                    "n": len(runs),
+                }
+            )
 
         started = time.monotonic()
-        slow = await service.run("bench", "room", "sum(range(10**12))", "python", True, [],
-                                 wall_seconds=1)
+        slow = await service.run(
+            "bench", "room", "sum(range(10**12))", "python", True, [], wall_seconds=1
+        )
         after_limit = time.monotonic()
         usable = await service.run("bench", "room", "1+1", "python", True, [])
         recovered = time.monotonic()
-        emit({"db": "none", "bench": "run_code", "figure": "wall_limit_recovery", "status": slow.status,
-              "limit_to_usable_ms": round((recovered - started - 1) * 1000, 1),
-              "call_returned_after_ms": round((after_limit - started) * 1000, 1),
-              "usable": usable.status == "ok", "n": 1})
+        emit(
+            {
+                "db": "none",
+                "bench": "run_code",
+                "figure": "wall_limit_recovery",
+                "status": slow.status,
+                "limit_to_usable_ms": round((recovered - started - 1) * 1000, 1),
+                "call_returned_after_ms": round((after_limit - started) * 1000, 1),
+                "usable": usable.status == "ok",
+                "n": 1,
+            }
+        )
 
         start = now_ns()
-        flood = await service.run("bench", "room", "print('x' * (50 * 1024 * 1024))",
-                                  "python", False, [])
-        emit({"db": "none", "bench": "run_code", "figure": "output_flood", "ms": round((now_ns() - start) / 1e6, 1),
-              "collected_bytes": len(flood.stdout.encode()), "truncated": flood.output_truncated,
-              "cap_bytes": 1024 * 1024, "n": 1})
+        flood = await service.run(
+            "bench", "room", "print('x' * (50 * 1024 * 1024))", "python", False, []
+        )
+        emit(
+            {
+                "db": "none",
+                "bench": "run_code",
+                "figure": "output_flood",
+                "ms": round((now_ns() - start) / 1e6, 1),
+                "collected_bytes": len(flood.stdout.encode()),
+                "truncated": flood.output_truncated,
+                "cap_bytes": 1024 * 1024,
+                "n": 1,
+            }
+        )
     finally:
         server.stop()
         await service.close()
