@@ -8,8 +8,13 @@ from typing import Any
 from tornado import web
 
 from kaizen_server_extension.api import schemas
+from kaizen_server_extension.api.artifacts import artifact_routes
 from kaizen_server_extension.api.base import KaizenHandler
-from kaizen_server_extension.api.events import ConversationEventsHandler
+from kaizen_server_extension.api.notifications import (
+    AttendedEventsHandler,
+    NotificationAckHandler,
+    NotificationsHandler,
+)
 from kaizen_server_extension.api.openapi import openapi_document
 from kaizen_server_extension.errors import BadRequest, NotFound, TooLarge
 
@@ -233,12 +238,16 @@ def routes() -> list[tuple[str, type[web.RequestHandler]]]:
         (rf"{PREFIX}/conversations/({ID})/participants/({MEMBER})", ParticipantHandler),
         (rf"{PREFIX}/conversations/({ID})/messages", MessagesHandler),
         (rf"{PREFIX}/conversations/({ID})/journal", JournalHandler),
-        (rf"{PREFIX}/conversations/({ID})/events", ConversationEventsHandler),
+        # The events websocket, also marking its member as attending (completion inbox).
+        (rf"{PREFIX}/conversations/({ID})/events", AttendedEventsHandler),
         (rf"{PREFIX}/runs/({ID})", RunHandler),
         (rf"{PREFIX}/runs/({ID})/cancel", RunCancelHandler),
         (rf"{PREFIX}/approvals", ApprovalsHandler),
         (rf"{PREFIX}/approvals/({ID})", ApprovalHandler),
+        (rf"{PREFIX}/notifications", NotificationsHandler),
+        (rf"{PREFIX}/notifications/({ID})/ack", NotificationAckHandler),
         (rf"{PREFIX}/tools", ToolsHandler),
         (rf"{PREFIX}/members/me", MeHandler),
         (rf"{PREFIX}/members/me/settings", MemberSettingsHandler),
+        *artifact_routes(PREFIX),
     ]

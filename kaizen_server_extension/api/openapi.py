@@ -157,6 +157,35 @@ def openapi_document() -> dict[str, Any]:
                                      "data": {"type": "object"}}},
         "Me": {"type": "object", "required": ["member", "admin"],
                "properties": {"member": {"type": "string"}, "admin": {"type": "boolean"}}},
+        # A typed destination of exact resource ids; never a navigation URL.
+        "NotificationDestination": {"oneOf": [
+            {"type": "object", "required": ["kind", "conversation_id", "run_id"],
+             "additionalProperties": False,
+             "properties": {"kind": {"const": "chat"}, "conversation_id": {"type": "string"},
+                            "run_id": {"type": "string"}}},
+            {"type": "object", "required": ["kind", "prompt_id"],
+             "additionalProperties": False,
+             "properties": {"kind": {"const": "prompt"}, "prompt_id": {"type": "string"},
+                            "run_id": {"type": ["string", "null"]}}},
+            {"type": "object", "required": ["kind", "task_id", "run_id"],
+             "additionalProperties": False,
+             "properties": {"kind": {"const": "task_run"}, "task_id": {"type": "string"},
+                            "run_id": {"type": "string"}}},
+        ]},
+        "Notification": {"type": "object",
+                         "required": ["id", "destination", "status", "title", "attendance",
+                                      "created_at", "acked_at", "unread"],
+                         "properties": {"id": {"type": "string"},
+                                        "destination": _ref("NotificationDestination"),
+                                        "status": {"type": "string"},
+                                        "title": {"type": "string"},
+                                        "attendance": {"enum": ["attended", "unattended",
+                                                                "unknown"]},
+                                        "created_at": {"type": "string",
+                                                       "format": "date-time"},
+                                        "acked_at": {"type": ["string", "null"],
+                                                     "format": "date-time"},
+                                        "unread": {"type": "boolean"}}},
     })
     conversation = _ref("Conversation")
     paths: dict[str, Any] = {
@@ -231,6 +260,19 @@ def openapi_document() -> dict[str, Any]:
             {**_ok("Decided", {"type": "object"}), **_errors(404, 409, 422)},
             body="ApprovalDecision", params=[_path_param("approval_id")],
             op_id="decideApproval")},
+        "/kaizen/api/notifications": {"get": _op(
+            "The member's completion inbox, newest first (at most 200). A run's initiating "
+            "member gets one notice when it settles, unless they were watching the room",
+            {**_ok("Notifications", {"type": "array", "items": _ref("Notification")}),
+             **_errors(400)},
+            params=[{"name": "unread", "in": "query", "required": False,
+                     "description": "1: only notices not yet acknowledged",
+                     "schema": {"enum": ["0", "1", "true", "false"]}}],
+            op_id="listNotifications")},
+        "/kaizen/api/notifications/{notification_id}/ack": {"post": _op(
+            "Acknowledge one of the member's notices (idempotent)",
+            {**_ok("Acknowledged", _ref("Notification")), **_errors(404)},
+            params=[_path_param("notification_id")], op_id="ackNotification")},
         "/kaizen/api/tools": {"get": _op(
             "The tool catalog this member and agent would get",
             {**_ok("Catalog", _ref("Catalog")), **_errors(404)},
@@ -249,6 +291,11 @@ def openapi_document() -> dict[str, Any]:
                        body="MemberSettings", op_id="putSettings"),
         },
     }
+    from kaizen_server_extension.api.artifacts import artifact_openapi
+
+    artifact_paths, artifact_components = artifact_openapi()
+    paths.update(artifact_paths)
+    components.update(artifact_components)
     return {
         "openapi": "3.1.0",
         "info": {"title": "Kaizen for Jupyter", "version": __version__,

@@ -18,13 +18,14 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
 
 from kaizen_server_extension.lanes.context import build_context
 from kaizen_server_extension.lanes.host import LivePublisher, RunHost, ToolCaller
+from kaizen_server_extension.lanes.inbox import CompletionInbox, PresenceRegistry
 from kaizen_server_extension.policy.synthesis import SYNTHESIS
 from kaizen_server_extension.runtime.controller import TurnController
 from kaizen_server_extension.runtime.port import (
@@ -38,6 +39,8 @@ from kaizen_server_extension.runtime.port import (
     StepFinished,
     StepSnapshot,
 )
+from kaizen_server_extension.settings import SettingsError
+from kaizen_server_extension.store.notifications import NotificationRepository
 from kaizen_server_extension.store.records import AgentRecord, ConversationRecord, RunRecord
 from kaizen_server_extension.store.runs import Admission, RunLane
 from kaizen_server_extension.store.store import Store
@@ -47,6 +50,23 @@ log = logging.getLogger("kaizen.lanes")
 
 LEASE = timedelta(seconds=30)
 RECOVERY_INTERVAL_S = 10.0
+#: Lease length of an active run, in seconds (1-3600, default 30). The holder renews it every
+#: quarter of that while it runs the turn; another replica recovers a run whose lease ran out.
+LEASE_ENV = "KAIZEN_RUN_LEASE_SECONDS"
+
+
+def lease_from_environ(environ: Mapping[str, str]) -> timedelta:
+    raw = environ.get(LEASE_ENV, "").strip()
+    if not raw:
+        return LEASE
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = float("nan")
+    if not 1 <= seconds <= 3600:  # also false for nan
+        raise SettingsError(f"Invalid setting {LEASE_ENV}: must be a number of seconds "
+                            "between 1 and 3600")
+    return timedelta(seconds=seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +114,18 @@ class LaneService:
         gateway: Callable[[], ModelGatewayPort | None],
         config: LaneConfig,
         publish_live: LivePublisher,
+        lease: timedelta | None = None,
+        inbox: CompletionInbox | None = None,
     ) -> None:
         self.store = store
         self.lane = RunLane(store)
+        self.lease = lease if lease is not None else lease_from_environ(os.environ)
+        # Stale leases are looked for a few times per lease, at most every RECOVERY_INTERVAL_S.
+        self.recovery_interval_s = min(RECOVERY_INTERVAL_S,
+                                       max(self.lease.total_seconds() / 3, 0.2))
+        # Who watches which conversation here (events websockets): the inbox's attendance.
+        self.presence = PresenceRegistry()
+        self.inbox = inbox or CompletionInbox(NotificationRepository(store), self.presence)
         self._usage = UsageLedger(store)
         self._tools = tools
         self._gateway = gateway
@@ -143,7 +172,7 @@ class LaneService:
     async def _drain(self, conversation_id: str) -> None:
         try:
             while not self._closing:
-                run = await self.lane.claim_next(conversation_id, self.owner, LEASE)
+                run = await self.lane.claim_next(conversation_id, self.owner, self.lease)
                 if run is None:
                     return  # idle, or another run (maybe another process's) is active
                 await self._execute(run)
@@ -157,6 +186,8 @@ class LaneService:
         task = asyncio.create_task(self._admit_and_run(run, cancelled),
                                    name=f"kaizen-run-{run.id}")
         self._runs[run.id] = (task, cancelled)
+        keeper = asyncio.create_task(self._keep_lease(run, task, cancelled),
+                                     name=f"kaizen-lease-{run.id}")
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -167,7 +198,41 @@ class LaneService:
             await self.lane.settle(run.id, "failed", "internal_error", "kaizen",
                                    fence=run.fence)
         finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await keeper
             self._runs.pop(run.id, None)
+        await self._notify_settled(run.id)
+
+    async def _keep_lease(self, run: RunRecord, task: asyncio.Task[Any],
+                          cancelled: asyncio.Event) -> None:
+        """Renew the run's lease while this process runs it, whatever the turn waits on
+        (a long tool, a slow model step, a member's approval): the lease says "the holder
+        is alive", so only a dead or cut-off holder loses it. When the run stops being ours
+        (cancelled or recovered elsewhere), stop the local task now rather than at its next
+        journal write. Renewing every quarter of the lease lets a holder miss three renewals
+        in a row (a stalled loop, a slow database) before another replica may take over."""
+        period = self.lease.total_seconds() / 4
+        while True:
+            await asyncio.sleep(period)
+            try:
+                ours = await self.lane.extend_lease(run.id, run.fence, self.lease)
+            except Exception:
+                log.warning("could not renew the lease of run %s; retrying", run.id,
+                            exc_info=True)
+                continue
+            if not ours:
+                cancelled.set()
+                task.cancel()
+                return
+
+    async def _notify_settled(self, run_id: str) -> None:
+        """The completion inbox hears of every settlement this process saw (one row per run,
+        however many processes report it)."""
+        try:
+            await self.inbox.run_settled(run_id)
+        except Exception:
+            log.exception("could not record the completion notice of run %s", run_id)
 
     async def _admit_and_run(self, run: RunRecord, cancelled: asyncio.Event) -> None:
         run, text, accepted_model = await self.store.runs.admission_facts(run.id)
@@ -235,7 +300,7 @@ class LaneService:
         host = RunHost(
             store=self.store, lane=self.lane, bundle=bundle, model_stream=model_stream,
             call_tool=self._tools.caller(bundle=bundle, tools=tools, cancelled=cancelled),
-            publish_live=self._publish_live, lease=LEASE, lease_owner=self.owner,
+            publish_live=self._publish_live, lease=self.lease, lease_owner=self.owner,
         )
         await TurnController(host, manifest).run()
 
@@ -259,12 +324,13 @@ class LaneService:
             if await self.lane.recover(run, "kaizen"):
                 recovered += 1
                 log.warning("recovered run %s of a server that stopped mid-turn", run.id)
+                await self._notify_settled(run.id)
                 self.wake(run.conversation_id)
         return recovered
 
     async def _recovery_loop(self) -> None:
         while not self._closing:
-            await asyncio.sleep(RECOVERY_INTERVAL_S)
+            await asyncio.sleep(self.recovery_interval_s)
             try:
                 await self.recover_stale()
                 for room in await self.lane.queued_rooms():

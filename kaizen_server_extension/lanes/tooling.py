@@ -27,6 +27,7 @@ from kaizen_server_extension.runtime.port import (
     ToolCallResult,
     ToolOutcome,
 )
+from kaizen_server_extension.store.artifacts import ArtifactStore
 from kaizen_server_extension.store.policy import (
     StoreApprovalModes,
     StoreApprovals,
@@ -112,7 +113,8 @@ class PipelineToolBackend:
         self.permissions = StorePermissions(store, authorize)
         self._metrics = metrics
         self._guardrails = guardrails
-        self._services: dict[str, Any] = {"agents": AgentRoster(store)}
+        self._services: dict[str, Any] = {"agents": AgentRoster(store),
+                                          "artifacts": ArtifactStore(store)}
         self._run_code: Any = None
         capability_of = {d.name: d.capability.value for d in registry.descriptors()}
         self.approvals = StoreApprovals(store, capability_of)

@@ -18,6 +18,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -318,3 +319,210 @@ class TokenUsage(Base):
     tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
     __table_args__ = (CheckConstraint("tokens >= 0", name="tokens"),)
+
+
+NOTIFICATION_KINDS = ("chat", "prompt", "task_run")
+#: Suppressible destinations: an attended chat or foreground prompt stream (R-031).
+FOREGROUND_NOTIFICATION_KINDS = ("chat", "prompt")
+NOTIFICATION_ATTENDANCE = ("attended", "unattended", "unknown")
+
+
+class Notification(Base):
+    """A completion notice in a member's durable inbox (R-030..R-033).
+
+    The destination is typed (``kind``) and names exact resource identities, never a URL.
+    An attended chat or prompt stream is suppressed before insertion, so such a row cannot
+    exist (the ``attended`` CHECK). One notice per member per source (``dedupe_key``), however
+    many processes report the same settlement.
+    """
+
+    __tablename__ = "notifications"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    member: Mapped[str] = mapped_column(ForeignKey("members.id"))
+    kind: Mapped[str] = mapped_column(String(16))
+    # chat: the conversation; prompt: the saved prompt; task_run: the task.
+    resource_id: Mapped[str] = mapped_column(String(128))
+    run_id: Mapped[str | None] = mapped_column(String(64))
+    attendance: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(24))
+    title: Mapped[str] = mapped_column(String(300))
+    dedupe_key: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    acked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        CheckConstraint(_in("kind", NOTIFICATION_KINDS), name="kind"),
+        CheckConstraint(_in("attendance", NOTIFICATION_ATTENDANCE), name="attendance_value"),
+        CheckConstraint(
+            f"NOT ({_in('kind', FOREGROUND_NOTIFICATION_KINDS)} AND attendance = 'attended')",
+            name="attended",
+        ),
+        CheckConstraint("kind = 'prompt' OR run_id IS NOT NULL", name="run_id"),
+        UniqueConstraint("member", "dedupe_key", name="uq_notifications_member_dedupe"),
+        Index("ix_notifications_member_acked", "member", "acked_at", "created_at"),
+    )
+
+
+# --- Artifacts (issue 6) ---------------------------------------------------------------------
+
+ARTIFACT_KINDS = ("markdown", "html", "svg", "code", "mermaid", "react", "json", "graph", "file")
+DRAFT_STATUSES = ("open", "finalized", "discarded")
+# The reserved renderable-artifact pair: only a server-attested version may carry it.
+RESERVED_ARTIFACT_KIND = "code"
+RESERVED_ARTIFACT_LANGUAGE = "renderable-artifact"
+# Installed by migration 0006 (after the 0005 quarantine), validated by 0007 (R-119, R-130).
+ATTESTATION_CHECK = (
+    f"NOT (kind = '{RESERVED_ARTIFACT_KIND}' AND language = '{RESERVED_ARTIFACT_LANGUAGE}') "
+    "OR attestation IS NOT NULL"
+)
+
+
+class Artifact(Base):
+    """An artifact root: identity, owner and the number of its latest immutable version."""
+
+    __tablename__ = "artifacts"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(ForeignKey("members.id"))
+    title: Mapped[str] = mapped_column(String(300))
+    kind: Mapped[str] = mapped_column(String(16))
+    # The room the root was created in (provenance; never an authorization by itself).
+    conversation_id: Mapped[str | None] = mapped_column(String(64))
+    # run_code output files: one root per (owner, conversation, file name).
+    source_name: Mapped[str | None] = mapped_column(String(300))
+    # Lineage: the root and version this one was forked or remixed from.
+    derived_from: Mapped[str | None] = mapped_column(String(64))
+    derived_version: Mapped[int | None] = mapped_column(Integer)
+    current_version: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        CheckConstraint("current_version >= 1", name="current_version"),
+        CheckConstraint(_in("kind", ARTIFACT_KINDS), name="kind"),
+        UniqueConstraint("owner", "conversation_id", "source_name",
+                         name="uq_artifacts_owner_source"),
+        Index("ix_artifacts_owner", "owner", "updated_at"),
+    )
+
+
+class ArtifactVersion(Base):
+    """Immutable: a change to an artifact is a new row (a trigger refuses UPDATE)."""
+
+    __tablename__ = "artifact_versions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    artifact_id: Mapped[str] = mapped_column(ForeignKey("artifacts.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(16))
+    language: Mapped[str | None] = mapped_column(String(64))
+    title: Mapped[str] = mapped_column(String(300))
+    mime: Mapped[str] = mapped_column(String(200))
+    content: Mapped[bytes] = mapped_column(LargeBinary)
+    digest: Mapped[str] = mapped_column(String(64))
+    size: Mapped[int] = mapped_column(BigInteger)
+    author: Mapped[str] = mapped_column(String(200))
+    conversation_id: Mapped[str | None] = mapped_column(String(64))
+    # The shared room this exact version is bound to: its participants may read it.
+    room_id: Mapped[str | None] = mapped_column(String(64))
+    run_id: Mapped[str | None] = mapped_column(String(64))
+    # The server-attestation marker; required for the reserved pair (ATTESTATION_CHECK).
+    attestation: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        UniqueConstraint("artifact_id", "version", name="uq_artifact_versions_artifact_version"),
+        CheckConstraint("version >= 1", name="version"),
+        CheckConstraint("size >= 0", name="size"),
+        CheckConstraint(ATTESTATION_CHECK, name="attestation"),
+        Index("ix_artifact_versions_room", "room_id"),
+    )
+
+
+class ArtifactDraft(Base):
+    """A staged, owner-only draft: a sequence and running digest advance with each append."""
+
+    __tablename__ = "artifact_drafts"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(ForeignKey("members.id"))
+    conversation_id: Mapped[str] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"))
+    run_id: Mapped[str] = mapped_column(String(64))
+    fence: Mapped[int] = mapped_column(Integer)
+    title: Mapped[str] = mapped_column(String(300))
+    kind: Mapped[str] = mapped_column(String(16))
+    language: Mapped[str | None] = mapped_column(String(64))
+    content: Mapped[str] = mapped_column(Text)
+    sequence: Mapped[int] = mapped_column(Integer)
+    digest: Mapped[str] = mapped_column(String(64))
+    # The last append, so an exact replay converges on its receipt.
+    last_receipt: Mapped[str | None] = mapped_column(String(64))
+    last_chunk_digest: Mapped[str | None] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    artifact_id: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        CheckConstraint(_in("status", DRAFT_STATUSES), name="status"),
+        CheckConstraint("sequence >= 0", name="sequence"),
+        Index("ix_artifact_drafts_owner", "owner", "status"),
+    )
+
+
+
+# --- Library: collections and projects (issue 6) ----------------------------------------------
+
+PROJECT_ITEM_KINDS = ("artifact", "collection", "project")
+
+
+class LibraryCollection(Base):
+    __tablename__ = "library_collections"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(ForeignKey("members.id"))
+    name: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (Index("ix_library_collections_owner", "owner"),)
+
+
+class LibraryCollectionItem(Base):
+    """Idempotent membership: filing the same artifact twice leaves one row."""
+
+    __tablename__ = "library_collection_items"
+
+    collection_id: Mapped[str] = mapped_column(
+        ForeignKey("library_collections.id", ondelete="CASCADE"), primary_key=True)
+    artifact_id: Mapped[str] = mapped_column(
+        ForeignKey("artifacts.id", ondelete="CASCADE"), primary_key=True)
+    added_by: Mapped[str] = mapped_column(String(200))
+    added_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class LibraryProject(Base):
+    __tablename__ = "library_projects"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(ForeignKey("members.id"))
+    name: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (Index("ix_library_projects_owner", "owner"),)
+
+
+class LibraryProjectItem(Base):
+    """A non-owning pointer from a project to a library item."""
+
+    __tablename__ = "library_project_items"
+
+    project_id: Mapped[str] = mapped_column(
+        ForeignKey("library_projects.id", ondelete="CASCADE"), primary_key=True)
+    item_kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    item_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    added_by: Mapped[str] = mapped_column(String(200))
+    added_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (CheckConstraint(_in("item_kind", PROJECT_ITEM_KINDS), name="item_kind"),)

@@ -23,7 +23,16 @@ BUILTIN_TOOLS: Mapping[str, str] = MappingProxyType(
         "show_chat_canvas": "kaizen_plugins.canvas",
         "visualize_read_me": "kaizen_plugins.readme",
         "run_code": "kaizen_plugins.code",
-        "read_workspace": "kaizen_plugins.workspace",
-        "edit_workspace": "kaizen_plugins.workspace",
+        "create_artifact": "kaizen_plugins.artifacts",
+        "update_artifact": "kaizen_plugins.artifacts",
+        "read_artifact": "kaizen_plugins.artifacts",
+        "edit_artifact": "kaizen_plugins.artifacts",
+        "begin_artifact": "kaizen_plugins.artifacts",
+        "append_artifact": "kaizen_plugins.artifacts",
+        "finalize_artifact": "kaizen_plugins.artifacts",
+        "discard_artifact": "kaizen_plugins.artifacts",
+        "inspect_library": "kaizen_plugins.library",
+        "manage_library": "kaizen_plugins.library",
+        "read_workspace": "kaizen_plugins.workspace", "edit_workspace": "kaizen_plugins.workspace",
     }
 )

@@ -7,6 +7,8 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "kaizen_plugins.canvas",
     "kaizen_plugins.readme",
     "kaizen_plugins.code",
-    "kaizen_plugins.agents",
+    "kaizen_plugins.artifacts",
+    "kaizen_plugins.library",
     "kaizen_plugins.workspace",
+    "kaizen_plugins.agents",
 )

@@ -15,7 +15,10 @@ GENERAL = AgentDefinition(
         "Answer plainly, use tools when they help, and say what you could not do."
     ),
     tool_ceiling=("list_available_agents", "show_chat_canvas", "visualize_read_me",
-                  "run_code", "read_workspace", "edit_workspace"),
+                  "run_code", "read_workspace", "edit_workspace",
+                  "create_artifact", "update_artifact", "read_artifact", "edit_artifact",
+                  "begin_artifact", "append_artifact", "finalize_artifact",
+                  "discard_artifact", "inspect_library", "manage_library"),
 )
 
 SEARCH = AgentDefinition(

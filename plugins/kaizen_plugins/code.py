@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kaizen_kernel.schema import DESCRIPTION, INPUT_SCHEMA
+from kaizen_plugins.artifacts import persist_run_files
 from kaizen_server_extension.tools import (
     Capability,
     MemberSafeError,
@@ -46,6 +47,8 @@ async def run_code(ctx: ToolContext, **arguments: Any) -> dict[str, Any]:
         call_context=bridge,
     )
     payload: dict[str, Any] = result.to_payload()
+    # Output files persist through the artifact store, even when the program failed.
+    await persist_run_files(ctx, result.files, payload, failed=result.failed)
     return payload
 
 

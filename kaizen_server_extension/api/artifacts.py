@@ -1,0 +1,213 @@
+"""REST for artifacts (API.md): owner- or exact-room-authorized reads, downloads, rename.
+
+Everything another member may not see is 404, never 403 (R-126): the store answers NotFound
+for a foreign root before anything reveals its type.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, StringConstraints
+from tornado import web
+
+from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.errors import BadRequest
+from kaizen_server_extension.store.artifacts import ArtifactStore, ArtifactVersionRecord
+
+ARTIFACT_ID = r"[^/]{1,128}"
+VERSION = r"[^/]{1,12}"
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._ -]+")
+# Extensions a download gets by kind, so a browser never sniffs its way into rendering it.
+_EXTENSIONS = {"markdown": ".md", "html": ".html", "svg": ".svg", "code": ".txt",
+               "mermaid": ".mmd", "react": ".jsx", "json": ".json", "graph": ".json"}
+
+
+class RenameArtifact(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    title: Annotated[str, StringConstraints(min_length=1, max_length=300)]
+
+
+def _room(handler: KaizenHandler) -> str | None:
+    room = handler.get_query_argument("conversation_id", None)
+    if room is not None and not 1 <= len(room) <= 64:
+        raise BadRequest("conversation_id is not valid.", code="invalid_query")
+    return room
+
+
+def _version(raw: str) -> int:
+    number = int(raw) if raw.isdigit() and len(raw) <= 9 else 0
+    if number < 1:
+        raise BadRequest("A version is a whole number from 1.", code="invalid_version")
+    return number
+
+
+class _ArtifactHandler(KaizenHandler):
+    @property
+    def artifacts(self) -> ArtifactStore:
+        return ArtifactStore(self.kaizen.store)
+
+    async def _view(self, artifact_id: str, version: int | None) -> dict[str, Any]:
+        record = await self.artifacts.resolve(self.member, artifact_id, version=version,
+                                              room=_room(self))
+        body = record.public(content=True)
+        body["versions"] = await self.artifacts.versions(self.member, artifact_id)
+        return body
+
+    def _send(self, record: ArtifactVersionRecord) -> None:
+        stem = _SAFE_NAME.sub("_", record.title).strip(" .") or "artifact"
+        if record.governed:
+            # The inert canonical JSON envelope, never a renderable page (R-123).
+            mime, name = "application/json", f"{stem}.json"
+        elif record.kind == "file":
+            mime, name = record.mime, stem
+        else:
+            mime = "text/plain; charset=utf-8" if record.kind != "json" else "application/json"
+            name = stem if stem.endswith(_EXTENSIONS[record.kind]) \
+                else stem + _EXTENSIONS[record.kind]
+        self.set_status(200)
+        self.set_header("Content-Disposition", f'attachment; filename="{name}"')
+        self.set_header("X-Content-Type-Options", "nosniff")
+        self.set_header("Content-Security-Policy", "sandbox; default-src 'none'")
+        self.set_header("ETag", f'"{record.digest}"')
+        self.finish(record.content, set_content_type=mime)
+
+
+class ArtifactsHandler(_ArtifactHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        records = await self.artifacts.list_for(self.member, room=_room(self))
+        self.write_json([r.public() for r in records])
+
+
+class ArtifactHandler(_ArtifactHandler):
+    @web.authenticated
+    async def get(self, artifact_id: str) -> None:
+        self.write_json(await self._view(artifact_id, None))
+
+    @web.authenticated
+    async def patch(self, artifact_id: str) -> None:
+        body = self.parse_body(RenameArtifact)
+        record = await self.artifacts.rename(self.member, artifact_id, body.title)
+        self.write_json(record.public() | {"title": body.title})
+
+
+class ArtifactVersionHandler(_ArtifactHandler):
+    @web.authenticated
+    async def get(self, artifact_id: str, version: str) -> None:
+        self.write_json(await self._view(artifact_id, _version(version)))
+
+
+class ArtifactDownloadHandler(_ArtifactHandler):
+    @web.authenticated
+    async def get(self, artifact_id: str) -> None:
+        self._send(await self.artifacts.resolve(self.member, artifact_id, room=_room(self)))
+
+
+class ArtifactVersionDownloadHandler(_ArtifactHandler):
+    @web.authenticated
+    async def get(self, artifact_id: str, version: str) -> None:
+        self._send(await self.artifacts.resolve(self.member, artifact_id,
+                                                version=_version(version), room=_room(self)))
+
+
+def artifact_routes(prefix: str) -> list[tuple[str, type[web.RequestHandler]]]:
+    base = rf"{prefix}/artifacts"
+    return [
+        (base, ArtifactsHandler),
+        (rf"{base}/({ARTIFACT_ID})", ArtifactHandler),
+        (rf"{base}/({ARTIFACT_ID})/download", ArtifactDownloadHandler),
+        (rf"{base}/({ARTIFACT_ID})/versions/({VERSION})", ArtifactVersionHandler),
+        (rf"{base}/({ARTIFACT_ID})/versions/({VERSION})/download",
+         ArtifactVersionDownloadHandler),
+    ]
+
+
+def _errors(ref: Any, *codes: int) -> dict[str, Any]:
+    text = {400: "Malformed request", 401: "Not authenticated",
+            404: "Not found or not visible to you", 422: "Schema or validation failure"}
+    return {str(c): {"description": text[c], "content": {"application/json": {"schema": ref}}}
+            for c in (401, *codes)}
+
+
+def artifact_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
+    """(paths, component schemas) for ``api/openapi.py``."""
+    error = {"$ref": "#/components/schemas/Error"}
+    artifact = {"$ref": "#/components/schemas/Artifact"}
+    room = {"name": "conversation_id", "in": "query", "required": False,
+            "description": "A shared room the caller participates in: read the version "
+                           "bound to exactly that room",
+            "schema": {"type": "string"}}
+    artifact_id = {"name": "artifact_id", "in": "path", "required": True,
+                   "schema": {"type": "string"}}
+    version = {"name": "version", "in": "path", "required": True,
+               "schema": {"type": "integer", "minimum": 1}}
+    view = {"allOf": [artifact, {"type": "object", "properties": {
+        "content": {"type": "string"},
+        "versions": {"type": "array", "items": {"type": "integer"}}}}]}
+    binary = {"200": {"description": "The exact stored bytes, as an attachment",
+                      "content": {"application/octet-stream": {
+                          "schema": {"type": "string", "format": "binary"}}}}}
+
+    def op(summary: str, op_id: str, responses: dict[str, Any],
+           params: list[dict[str, Any]], body: str | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {"summary": summary, "operationId": op_id,
+                               "parameters": params, "responses": responses}
+        if body:
+            out["requestBody"] = {"required": True, "content": {"application/json": {
+                "schema": {"$ref": f"#/components/schemas/{body}"}}}}
+        return out
+
+    paths = {
+        "/kaizen/api/artifacts": {"get": op(
+            "The member's own artifacts, or those bound to one room they participate in",
+            "listArtifacts",
+            {"200": {"description": "Artifacts (latest visible version each, no content)",
+                     "content": {"application/json": {"schema": {
+                         "type": "array", "items": artifact}}}}, **_errors(error, 400, 404)},
+            [room])},
+        "/kaizen/api/artifacts/{artifact_id}": {
+            "get": op("The latest version the member may see, with its content",
+                      "getArtifact",
+                      {"200": {"description": "Artifact", "content": {
+                          "application/json": {"schema": view}}}, **_errors(error, 400, 404)},
+                      [artifact_id, room]),
+            "patch": op("Rename an artifact the member owns (governed artifacts refuse with "
+                        "validation_failed)", "renameArtifact",
+                        {"200": {"description": "Renamed", "content": {
+                            "application/json": {"schema": artifact}}},
+                         **_errors(error, 400, 404, 422)},
+                        [artifact_id], body="RenameArtifact"),
+        },
+        "/kaizen/api/artifacts/{artifact_id}/download": {"get": op(
+            "Download the latest visible version", "downloadArtifact",
+            {**binary, **_errors(error, 400, 404)}, [artifact_id, room])},
+        "/kaizen/api/artifacts/{artifact_id}/versions/{version}": {"get": op(
+            "One immutable version", "getArtifactVersion",
+            {"200": {"description": "Artifact version", "content": {
+                "application/json": {"schema": view}}}, **_errors(error, 400, 404)},
+            [artifact_id, version, room])},
+        "/kaizen/api/artifacts/{artifact_id}/versions/{version}/download": {"get": op(
+            "Download one immutable version", "downloadArtifactVersion",
+            {**binary, **_errors(error, 400, 404)}, [artifact_id, version, room])},
+    }
+    string, nullable = {"type": "string"}, {"type": ["string", "null"]}
+    components = {
+        "Artifact": {"type": "object",
+                     "required": ["id", "owner", "version", "latest_version", "kind", "title",
+                                  "digest", "size"],
+                     "properties": {"id": string, "owner": string,
+                                    "version": {"type": "integer"},
+                                    "latest_version": {"type": "integer"},
+                                    "kind": string, "language": nullable, "title": string,
+                                    "mime": string, "digest": string,
+                                    "size": {"type": "integer"}, "author": string,
+                                    "conversation_id": nullable, "room_id": nullable,
+                                    "governed": {"type": "boolean"},
+                                    "derived_from": nullable,
+                                    "created_at": {"type": "string", "format": "date-time"}}},
+        "RenameArtifact": RenameArtifact.model_json_schema(),
+    }
+    return paths, components

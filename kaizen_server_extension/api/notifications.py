@@ -1,0 +1,64 @@
+"""The completion inbox over REST, and the attendance an events websocket signals.
+
+``GET kaizen/api/notifications?unread=1`` lists the member's own notices (newest first);
+``POST kaizen/api/notifications/{id}/ack`` marks one read. Another member's notice is a 404.
+Notices are written only by trusted producers (``lanes.inbox``): there is no way to create
+one, or to give one a destination, over REST.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tornado import web
+
+from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.api.events import ConversationEventsHandler
+from kaizen_server_extension.app import KaizenContext
+from kaizen_server_extension.errors import BadRequest
+from kaizen_server_extension.lanes.inbox import CompletionInbox, PresenceRegistry
+
+
+def _inbox(kaizen: KaizenContext) -> CompletionInbox:
+    inbox: CompletionInbox = kaizen.lanes.inbox
+    return inbox
+
+
+def _presence(kaizen: KaizenContext) -> PresenceRegistry:
+    presence: PresenceRegistry = kaizen.lanes.presence
+    return presence
+
+
+class NotificationsHandler(KaizenHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        raw = self.get_query_argument("unread", None)
+        if raw not in (None, "0", "1", "true", "false"):
+            raise BadRequest("Query parameter 'unread' must be 1 or 0.", code="invalid_query")
+        records = await _inbox(self.kaizen).repository.list_for(
+            self.member, unread_only=raw in ("1", "true"))
+        self.write_json([r.public() for r in records])
+
+
+class NotificationAckHandler(KaizenHandler):
+    @web.authenticated
+    async def post(self, notification_id: str) -> None:
+        record = await _inbox(self.kaizen).repository.ack(notification_id, self.member)
+        self.write_json(record.public())
+
+
+class AttendedEventsHandler(ConversationEventsHandler):
+    """The conversation events websocket, which also tells the completion inbox that its
+    member is watching this conversation's foreground stream while it is open (R-031)."""
+
+    _release_presence: Callable[[], None] | None = None
+
+    async def open(self, conversation_id: str) -> None:
+        await super().open(conversation_id)
+        self._release_presence = _presence(self.kaizen).attend(self.member, conversation_id)
+
+    def on_close(self) -> None:
+        if self._release_presence is not None:
+            self._release_presence()
+            self._release_presence = None
+        super().on_close()

@@ -1,0 +1,211 @@
+"""Completion notifications: one contract for chat, prompt and task-run producers.
+
+A producer hands :meth:`CompletionInbox.notify` a typed :class:`Destination` (exact resource
+ids, never a navigation URL: R-030) and an :class:`Attendance`. The common gate drops an
+attended chat or foreground prompt stream *before* anything is inserted (R-031); everything
+else lands in the durable inbox. A producer that cannot tell whether the member is watching
+says ``UNKNOWN``, and unknown is delivered: a duplicate reminder is cheaper than a lost
+completion (R-032).
+
+Attendance of a chat is "this member has an events websocket of this conversation open on
+this server" (:class:`PresenceRegistry`). A socket held on another replica is not seen here,
+so that case is delivered too — the same fail-toward-delivery direction.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from sqlalchemy import select
+
+from kaizen_server_extension.store import models as m
+from kaizen_server_extension.store.notifications import (
+    NotificationRecord,
+    NotificationRepository,
+)
+
+log = logging.getLogger("kaizen.lanes")
+
+#: An exact resource id: what the store issues (hex ids, agent-style slugs). No ``/``, ``:``,
+#: ``.`` or ``%`` can pass, so neither can a URL, a path or an encoded one.
+RESOURCE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
+
+
+class InvalidDestination(ValueError):
+    """A producer offered something other than a typed destination of exact ids."""
+
+
+class DestinationKind(StrEnum):
+    CHAT = "chat"
+    PROMPT = "prompt"
+    TASK_RUN = "task_run"
+
+
+class Attendance(StrEnum):
+    ATTENDED = "attended"      # the member is watching the foreground stream
+    UNATTENDED = "unattended"  # known not to be watching
+    UNKNOWN = "unknown"        # presence lookup failed: deliver (R-032)
+
+
+#: What the gate may suppress when attended: chat and foreground prompt streams.
+FOREGROUND = frozenset({DestinationKind.CHAT, DestinationKind.PROMPT})
+assert {k.value for k in FOREGROUND} == set(m.FOREGROUND_NOTIFICATION_KINDS)
+assert {k.value for k in DestinationKind} == set(m.NOTIFICATION_KINDS)
+
+
+def _exact_id(field: str, value: object) -> str:
+    if not isinstance(value, str) or not RESOURCE_ID.fullmatch(value):
+        raise InvalidDestination(f"destination {field} must be an exact resource id")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """Where a notice leads: a kind plus the exact ids of that resource.
+
+    * ``chat``: ``resource_id`` = conversation id, ``run_id`` = the run that settled;
+    * ``prompt``: ``resource_id`` = saved prompt id, ``run_id`` optional;
+    * ``task_run``: ``resource_id`` = task id, ``run_id`` = that task run.
+    """
+
+    kind: DestinationKind
+    resource_id: str
+    run_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, DestinationKind):
+            raise InvalidDestination("destination kind must be chat, prompt or task_run")
+        _exact_id("resource_id", self.resource_id)
+        if self.run_id is not None:
+            _exact_id("run_id", self.run_id)
+        elif self.kind is not DestinationKind.PROMPT:
+            raise InvalidDestination(f"a {self.kind.value} destination names its run")
+
+    @classmethod
+    def chat(cls, conversation_id: str, run_id: str) -> Destination:
+        return cls(DestinationKind.CHAT, conversation_id, run_id)
+
+    @classmethod
+    def prompt(cls, prompt_id: str, run_id: str | None = None) -> Destination:
+        return cls(DestinationKind.PROMPT, prompt_id, run_id)
+
+    @classmethod
+    def task_run(cls, task_id: str, run_id: str) -> Destination:
+        return cls(DestinationKind.TASK_RUN, task_id, run_id)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, object]) -> Destination:
+        """From untyped producer input: exactly ``kind``, ``resource_id`` and optionally
+        ``run_id``. Any other key (``url``, ``href``, ``path``…) is refused, not ignored."""
+        extra = set(data) - {"kind", "resource_id", "run_id"}
+        if extra:
+            raise InvalidDestination("a destination carries only kind and resource ids")
+        try:
+            kind = DestinationKind(str(data.get("kind")))
+        except ValueError:
+            raise InvalidDestination("destination kind must be chat, prompt or task_run") \
+                from None
+        run_id = data.get("run_id")
+        return cls(kind, _exact_id("resource_id", data.get("resource_id")),
+                   None if run_id is None else _exact_id("run_id", run_id))
+
+
+class PresenceLookup(Protocol):
+    def is_attending(self, member: str, conversation_id: str) -> bool: ...
+
+
+class PresenceRegistry:
+    """Which members observe which conversations through this server's event websockets."""
+
+    def __init__(self) -> None:
+        self._open: Counter[tuple[str, str]] = Counter()
+
+    def attend(self, member: str, conversation_id: str) -> Callable[[], None]:
+        """Record one open observer; call the returned function (once) when it closes."""
+        key = (member, conversation_id)
+        self._open[key] += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            self._open[key] -= 1
+            if self._open[key] <= 0:
+                del self._open[key]
+
+        return release
+
+    def is_attending(self, member: str, conversation_id: str) -> bool:
+        return self._open.get((member, conversation_id), 0) > 0
+
+
+class CompletionInbox:
+    """The producer API and the common gate in front of the durable inbox."""
+
+    def __init__(self, repository: NotificationRepository, presence: PresenceLookup) -> None:
+        self.repository = repository
+        self.presence = presence
+
+    def attendance(self, member: str, conversation_id: str) -> Attendance:
+        """Whether ``member`` watches the conversation; a failing lookup is UNKNOWN."""
+        try:
+            watching = self.presence.is_attending(member, conversation_id)
+        except Exception:
+            log.warning("presence lookup failed for a completion notice; delivering it",
+                        exc_info=True)
+            return Attendance.UNKNOWN
+        return Attendance.ATTENDED if watching else Attendance.UNATTENDED
+
+    async def notify(self, *, member: str, destination: Destination, attendance: Attendance,
+                     status: str, title: str, dedupe_key: str) -> NotificationRecord | None:
+        """Gate, then insert durably. None when suppressed or already delivered."""
+        if not isinstance(destination, Destination):
+            raise InvalidDestination("a producer must supply a typed Destination")
+        attendance = Attendance(attendance)
+        if attendance is Attendance.ATTENDED and destination.kind in FOREGROUND:
+            return None  # the member saw it happen: no inbox row (R-031)
+        return await self.repository.insert(
+            member=member, kind=destination.kind.value, resource_id=destination.resource_id,
+            run_id=destination.run_id, attendance=attendance.value, status=status,
+            title=title[:300], dedupe_key=dedupe_key,
+        )
+
+    async def run_settled(self, run_id: str) -> NotificationRecord | None:
+        """The chat producer: tell the initiating member a run of theirs settled.
+
+        A member's own cancel needs no reminder; a run not yet terminal has nothing to say.
+        Safe to call from every process that saw the settlement (one row per run).
+        """
+        async with self.repository.store.transaction() as tx:
+            row = (await tx.session.execute(
+                select(m.Run.member, m.Run.conversation_id, m.Run.status)
+                .where(m.Run.id == run_id)
+            )).first()
+        if row is None:
+            return None
+        member, conversation_id, status = str(row[0]), str(row[1]), str(row[2])
+        if status not in m.TERMINAL_RUN_STATUSES or status == "cancelled":
+            return None
+        return await self.notify(
+            member=member,
+            destination=Destination.chat(conversation_id, run_id),
+            attendance=self.attendance(member, conversation_id),
+            status=status,
+            title=_TITLES.get(status, "Your request finished."),
+            dedupe_key=f"run:{run_id}",
+        )
+
+
+_TITLES = {
+    "completed": "Your answer is ready.",
+    "failed": "Your request could not be completed.",
+    "answer_unavailable": "No answer could be given to your request.",
+}

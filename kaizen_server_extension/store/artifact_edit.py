@@ -1,0 +1,217 @@
+"""The narrow Hashline subset artifact edits use (HASHLINE.md §2, §3, §4): the content tag, the
+numbered view, and ranged ``PUT A.=B:`` / ``CUT A.=B`` hunks on one displayed base.
+
+Artifacts are not sandbox files (R-089): there are no paths, registers, gap inserts, syntax
+blocks, REM or MV here, and no stale-anchor recovery. Every number refers to the displayed
+immutable version; a hunk that overlaps another or leaves the file is refused before anything
+is applied, and the hunks apply bottom-up as one edit (R-092, R-161).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Literal
+
+MAX_HUNKS = 32
+MAX_WINDOW_LINES = 400
+
+_PRIME1 = 0x9E3779B1
+_PRIME2 = 0x85EBCA77
+_PRIME3 = 0xC2B2AE3D
+_PRIME4 = 0x27D4EB2F
+_PRIME5 = 0x165667B1
+_MASK = 0xFFFFFFFF
+
+
+class EditError(ValueError):
+    """A patch that cannot apply: its message tells the model what to fix."""
+
+
+def _rotl(value: int, bits: int) -> int:
+    return ((value << bits) | (value >> (32 - bits))) & _MASK
+
+
+def xxh32(data: bytes, seed: int = 0) -> int:
+    """xxHash32 (the reference algorithm), enough for the 16-bit content tag."""
+    length, index = len(data), 0
+    if length >= 16:
+        v1 = (seed + _PRIME1 + _PRIME2) & _MASK
+        v2 = (seed + _PRIME2) & _MASK
+        v3 = seed & _MASK
+        v4 = (seed - _PRIME1) & _MASK
+        while index <= length - 16:
+            lanes = [int.from_bytes(data[index + 4 * k:index + 4 * k + 4], "little")
+                     for k in range(4)]
+            v1 = (_rotl((v1 + lanes[0] * _PRIME2) & _MASK, 13) * _PRIME1) & _MASK
+            v2 = (_rotl((v2 + lanes[1] * _PRIME2) & _MASK, 13) * _PRIME1) & _MASK
+            v3 = (_rotl((v3 + lanes[2] * _PRIME2) & _MASK, 13) * _PRIME1) & _MASK
+            v4 = (_rotl((v4 + lanes[3] * _PRIME2) & _MASK, 13) * _PRIME1) & _MASK
+            index += 16
+        acc = (_rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)) & _MASK
+    else:
+        acc = (seed + _PRIME5) & _MASK
+    acc = (acc + length) & _MASK
+    while index + 4 <= length:
+        lane = int.from_bytes(data[index:index + 4], "little")
+        acc = (_rotl((acc + lane * _PRIME3) & _MASK, 17) * _PRIME4) & _MASK
+        index += 4
+    while index < length:
+        acc = (_rotl((acc + data[index] * _PRIME5) & _MASK, 11) * _PRIME1) & _MASK
+        index += 1
+    acc ^= acc >> 15
+    acc = (acc * _PRIME2) & _MASK
+    acc ^= acc >> 13
+    acc = (acc * _PRIME3) & _MASK
+    acc ^= acc >> 16
+    return acc
+
+
+def normalize(text: str) -> str:
+    """Drop a leading BOM; CRLF and lone CR become LF (HASHLINE.md §2.1)."""
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+_TRAILING_BLANKS = re.compile(r"[ \t\r]+(?=\n)|[ \t\r]+$")
+
+
+def content_tag(text: str) -> str:
+    """The four-hex tag of the whole normalized text: a lookup key, never a credential."""
+    hashing = _TRAILING_BLANKS.sub("", normalize(text))
+    return f"{xxh32(hashing.encode('utf-8')) & 0xFFFF:04X}"
+
+
+def split_lines(text: str) -> list[str]:
+    """Addressable lines: the newline that ends the text is not a line of its own."""
+    text = normalize(text)
+    if not text:
+        return []
+    if text.endswith("\n"):
+        text = text[:-1]
+    return text.split("\n")
+
+
+def numbered_window(text: str, start: int, count: int) -> tuple[str, int, int]:
+    """Rows ``N:TEXT`` from ``start`` for at most ``count`` lines: (rows, total, last line)."""
+    lines = split_lines(text)
+    total = len(lines)
+    count = max(1, min(count, MAX_WINDOW_LINES))
+    if total == 0:
+        return "", 0, 0
+    if start < 1 or start > total:
+        raise EditError(f"start_line {start} is outside the artifact (it has {total} lines).")
+    end = min(total, start + count - 1)
+    rows = "\n".join(f"{n}:{lines[n - 1]}" for n in range(start, end + 1))
+    return rows, total, end
+
+
+@dataclass(frozen=True, slots=True)
+class Hunk:
+    op: Literal["PUT", "CUT"]
+    start: int
+    end: int
+    rows: tuple[str, ...] = ()
+
+
+_LINE = r"([1-9][0-9]*)"
+_HEADER = re.compile(r"^\[([^#\r\n\]]*)#([0-9A-Fa-f]{4})\]\s*$")
+_PUT = re.compile(rf"^\s*PUT\s+{_LINE}\.={_LINE}\s*:\s*$")
+_CUT = re.compile(rf"^\s*CUT\s+{_LINE}\.={_LINE}\s*$")
+_KEYWORD = re.compile(r"^\s*(PUT|CUT|REM|MV)(\s|:|$)")
+_SUPPORTED = ("Artifact edits support only ranged hunks: 'PUT A.=B:' followed by '+' rows, and "
+              "'CUT A.=B'")
+
+
+def parse_hunks(patch: str, *, expected_tag: str) -> list[Hunk]:
+    """Parse ranged PUT/CUT hunks; an optional ``[artifact#TAG]`` header must carry the tag."""
+    hunks: list[Hunk] = []
+    current: tuple[int, int] | None = None  # an open PUT and its range
+    rows: list[str] = []
+    pending_blanks = 0
+
+    def close_put() -> None:
+        nonlocal current, rows, pending_blanks
+        if current is not None:
+            if not rows:
+                raise EditError(f"PUT {current[0]}.={current[1]}: has no '+' rows; to delete "
+                                f"lines use CUT {current[0]}.={current[1]}.")
+            hunks.append(Hunk("PUT", current[0], current[1], tuple(rows)))
+        current, rows, pending_blanks = None, [], 0
+
+    seen_header = False
+    for raw in normalize(patch).split("\n"):
+        line = raw
+        stripped = line.strip()
+        if stripped in ("*** Begin Patch",):
+            continue
+        if stripped in ("*** End Patch", "*** Abort"):
+            break
+        if current is not None and line.startswith("+"):
+            rows.extend([""] * pending_blanks)
+            pending_blanks = 0
+            rows.append(line[1:])
+            continue
+        if not stripped:
+            if current is not None:
+                pending_blanks += 1
+            continue
+        header = _HEADER.match(stripped)
+        if header:
+            if seen_header or hunks or current is not None:
+                raise EditError("An artifact edit has exactly one section; put the header "
+                                "first, once.")
+            seen_header = True
+            if header.group(2).upper() != expected_tag.upper():
+                raise EditError(f"The header tag #{header.group(2).upper()} does not match "
+                                f"the artifact's tag #{expected_tag}; read it again.")
+            continue
+        put, cut = _PUT.match(line), _CUT.match(line)
+        if put or cut:
+            close_put()
+            match = put or cut
+            assert match is not None
+            start, end = int(match.group(1)), int(match.group(2))
+            if end < start:
+                raise EditError(f"Range {start}.={end} ends before it starts.")
+            if cut:
+                hunks.append(Hunk("CUT", start, end))
+            else:
+                current = (start, end)
+            continue
+        if _KEYWORD.match(line):
+            raise EditError(f"{_SUPPORTED}; not {stripped[:60]!r}.")
+        if line.startswith("+"):
+            raise EditError("A '+' row must follow a 'PUT A.=B:' header.")
+        raise EditError(f"Unexpected line {stripped[:60]!r}. {_SUPPORTED}.")
+    close_put()
+    if not hunks:
+        raise EditError(f"The edit contains no hunks. {_SUPPORTED}.")
+    if len(hunks) > MAX_HUNKS:
+        raise EditError(f"One edit may contain at most {MAX_HUNKS} hunks; this one has "
+                        f"{len(hunks)}.")
+    return hunks
+
+
+def apply_hunks(base: str, hunks: list[Hunk]) -> str:
+    """Check bounds and overlap against the base, then apply bottom-up as one edit."""
+    text = normalize(base)
+    lines = split_lines(text)
+    total = len(lines)
+    ordered = sorted(hunks, key=lambda h: (h.start, h.end))
+    for hunk in ordered:
+        if hunk.end > total:
+            raise EditError(f"Line {hunk.end} does not exist: the displayed version has "
+                            f"{total} lines.")
+    for before, after in pairwise(ordered):
+        if after.start <= before.end:
+            raise EditError(f"Hunks {before.start}.={before.end} and {after.start}.="
+                            f"{after.end} overlap; each line may be changed by one hunk.")
+    for hunk in reversed(ordered):
+        lines[hunk.start - 1:hunk.end] = list(hunk.rows)
+    if not lines:
+        return ""
+    joined = "\n".join(lines)
+    return joined + "\n" if text.endswith("\n") or not text else joined

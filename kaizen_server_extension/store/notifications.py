@@ -1,0 +1,115 @@
+"""The durable completion inbox: one row per notice, member-scoped reads and acknowledgements.
+
+Rows are written only by trusted producers (``lanes.inbox``); members read and acknowledge
+their own. Another member's notice looks exactly like a missing one (NotFound, never 403).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from kaizen_server_extension.errors import NotFound
+from kaizen_server_extension.store import models as m
+from kaizen_server_extension.store.store import Store, new_id, utcnow
+
+MAX_PAGE = 200
+
+
+@dataclass(frozen=True, slots=True)
+class NotificationRecord:
+    id: str
+    member: str
+    kind: str
+    resource_id: str
+    run_id: str | None
+    attendance: str
+    status: str
+    title: str
+    created_at: datetime
+    acked_at: datetime | None
+
+    def public(self) -> dict[str, Any]:
+        destination: dict[str, Any] = {"kind": self.kind}
+        if self.kind == "chat":
+            destination.update(conversation_id=self.resource_id, run_id=self.run_id)
+        elif self.kind == "prompt":
+            destination.update(prompt_id=self.resource_id, run_id=self.run_id)
+        else:
+            destination.update(task_id=self.resource_id, run_id=self.run_id)
+        return {
+            "id": self.id,
+            "destination": destination,
+            "status": self.status,
+            "title": self.title,
+            "attendance": self.attendance,
+            "created_at": self.created_at.isoformat(),
+            "acked_at": self.acked_at.isoformat() if self.acked_at else None,
+            "unread": self.acked_at is None,
+        }
+
+
+def _record(row: m.Notification) -> NotificationRecord:
+    return NotificationRecord(row.id, row.member, row.kind, row.resource_id, row.run_id,
+                              row.attendance, row.status, row.title, row.created_at,
+                              row.acked_at)
+
+
+class NotificationRepository:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def insert(self, *, member: str, kind: str, resource_id: str, run_id: str | None,
+                     attendance: str, status: str, title: str,
+                     dedupe_key: str) -> NotificationRecord | None:
+        """Insert one notice; None when this member already has one for ``dedupe_key``
+        (two processes reporting one settlement write one row)."""
+        values = {"id": new_id(), "member": member, "kind": kind, "resource_id": resource_id,
+                  "run_id": run_id, "attendance": attendance, "status": status,
+                  "title": title, "dedupe_key": dedupe_key, "created_at": utcnow()}
+        async with self.store.transaction() as tx:
+            dialect = tx.session.get_bind().dialect.name
+            insert = pg_insert if dialect == "postgresql" else sqlite_insert
+            row = (await tx.session.execute(
+                insert(m.Notification).values(**values)
+                .on_conflict_do_nothing(index_elements=["member", "dedupe_key"])
+                .returning(m.Notification)
+            )).scalar_one_or_none()
+            return _record(row) if row is not None else None
+
+    async def list_for(self, member: str, *, unread_only: bool,
+                       limit: int = MAX_PAGE) -> list[NotificationRecord]:
+        """The member's notices, newest first."""
+        async with self.store.transaction() as tx:
+            query = select(m.Notification).where(m.Notification.member == member)
+            if unread_only:
+                query = query.where(m.Notification.acked_at.is_(None))
+            rows = (await tx.session.execute(
+                query.order_by(m.Notification.created_at.desc(), m.Notification.id.desc())
+                .limit(limit)
+            )).scalars().all()
+            return [_record(r) for r in rows]
+
+    async def ack(self, notification_id: str, member: str) -> NotificationRecord:
+        """Mark the member's own notice read (idempotent); anyone else's is NotFound."""
+        async with self.store.transaction() as tx:
+            row = (await tx.session.execute(
+                update(m.Notification)
+                .where(m.Notification.id == notification_id, m.Notification.member == member,
+                       m.Notification.acked_at.is_(None))
+                .values(acked_at=utcnow())
+                .returning(m.Notification)
+            )).scalar_one_or_none()
+            if row is None:
+                row = (await tx.session.execute(
+                    select(m.Notification).where(m.Notification.id == notification_id,
+                                                 m.Notification.member == member)
+                )).scalar_one_or_none()
+            if row is None:
+                raise NotFound("No such notification.", code="notification_not_found")
+            return _record(row)

@@ -1,0 +1,82 @@
+"""inspect_library / manage_library: the member's own Library, exposed to an agent.
+
+Discovery is identity only; organizing only files into a collection or links into a project,
+through the same store methods a member's own click uses. Every id is a selector, re-resolved
+under the caller inside the write.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from kaizen_server_extension.errors import MemberError
+from kaizen_server_extension.store.artifacts import ArtifactStore
+from kaizen_server_extension.store.library import LibraryStore
+from kaizen_server_extension.tools import (
+    Capability,
+    MemberSafeError,
+    RoomClass,
+    ToolContext,
+    WriteCategory,
+    hookimpl,
+    tool,
+)
+from kaizen_server_extension.tools.hookspecs import ToolRegistrar
+
+Id = Annotated[str, Field(min_length=1, max_length=64)]
+
+
+def _library(ctx: ToolContext) -> LibraryStore:
+    artifacts = ctx.services.get("artifacts")
+    if not isinstance(artifacts, ArtifactStore):
+        raise MemberSafeError("The Library is not available on this server.",
+                              code="library_unavailable")
+    return LibraryStore(artifacts.store, artifacts)
+
+
+@tool(name="inspect_library", capability=Capability.READ,
+      room_class=RoomClass.ACTOR_BOUND_READ, surface="library", timeout_s=15)
+async def inspect_library(ctx: ToolContext,
+                          surface: Literal["artifacts", "collections", "projects"],
+                          ) -> dict[str, Any]:
+    """List one surface of the member's Library by identity only (id, name, short hint), to
+    turn something the member named into the id another tool needs. Read content with
+    read_artifact."""
+    items = await _library(ctx).inspect(ctx.member, surface)
+    return {"surface": surface, "items": items}
+
+
+@tool(name="manage_library", capability=Capability.WRITE,
+      room_class=RoomClass.ACTOR_BOUND_WRITE, write_category=WriteCategory.MEMBER_STORE,
+      surface="library", timeout_s=15)
+async def manage_library(ctx: ToolContext,
+                         action: Literal["file_into_collection", "link_into_project"],
+                         destination_id: Id, item_id: Id,
+                         item_kind: Literal["artifact", "collection", "project"] = "artifact",
+                         ) -> dict[str, Any]:
+    """File an existing artifact into one of the member's collections, or link an existing
+    artifact, collection or project into one of their projects. It never creates, renames,
+    deletes or shares anything."""
+    library = _library(ctx)
+    try:
+        if action == "file_into_collection":
+            if item_kind != "artifact":
+                raise MemberSafeError("Only artifacts can be filed into a collection.",
+                                      code="library_wrong_kind")
+            added = await library.file_into_collection(ctx.member, destination_id, item_id)
+        else:
+            added = await library.link_into_project(ctx.member, destination_id, item_kind,
+                                                    item_id)
+    except MemberError as exc:
+        raise MemberSafeError(exc.message, code=exc.code) from None
+    return {"action": action, "destination_id": destination_id, "item_id": item_id,
+            "changed": added,
+            "summary": "Done." if added else "It was already there; nothing changed."}
+
+
+@hookimpl
+def kaizen_register_tools(register: ToolRegistrar) -> None:
+    register(inspect_library)
+    register(manage_library)

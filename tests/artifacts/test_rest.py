@@ -1,0 +1,129 @@
+"""GET artifacts, one artifact, one version and downloads through a real server (API.md)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+
+from kaizen_server_extension.store import Store, create_engine
+from kaizen_server_extension.store.artifact_content import (
+    attest_trusted_result,
+    validate_envelope,
+)
+from kaizen_server_extension.store.artifacts import ArtifactStore, WriteContext
+from tests.support.server import ServerProcess, json_of
+
+T = TypeVar("T")
+
+ENVELOPE = {"version": 2, "renderer": "table", "title": "Jobs", "text_fallback": "3 jobs",
+            "markings": {"overall": "UNCLASSIFIED"}, "provenance": {"cluster": "c1"},
+            "result": {"rows": [[1]]}}
+
+
+def _with_store(server: ServerProcess, work: Callable[[ArtifactStore], Awaitable[T]]) -> T:
+    async def main() -> T:
+        engine = create_engine(server.env["KAIZEN_DATABASE_URL"],
+                               schema=server.env.get("KAIZEN_DATABASE_SCHEMA"))
+        try:
+            return await work(ArtifactStore(Store(engine)))
+        finally:
+            await engine.dispose()
+    return asyncio.run(main())
+
+
+def _error(response: Any, status: int, code: str | None = None) -> None:
+    assert response.status_code == status, response.text
+    body = json_of(response)
+    assert set(body) == {"error"}
+    if code:
+        assert body["error"]["code"] == code
+
+
+def test_owner_and_room_reads_and_404_for_everything_else(server: ServerProcess) -> None:
+    with server.client("alice") as alice, server.client("bob") as bob, \
+            server.client("carol") as carol:
+        for client in (alice, bob, carol):
+            assert client.get("agents").status_code == 200  # members exist
+        room = alice.post("conversations", json={"agent_id": "general", "shared": True})
+        room_id = room.json()["id"]
+        assert alice.post(f"conversations/{room_id}/participants",
+                          json={"member": "bob"}).status_code == 200
+
+        async def seed(artifacts: ArtifactStore) -> tuple[str, str]:
+            shared = await artifacts.create("alice", title="Plan", kind="markdown",
+                                            content="# Plan\n", where=WriteContext(room_id))
+            await artifacts.update("alice", shared.artifact_id, content="# Plan v2\n",
+                                   expected_version=1)
+            private = await artifacts.create("alice", title="Diary", kind="html",
+                                             content="<script>alert(1)</script>")
+            return shared.artifact_id, private.artifact_id
+
+        shared_id, private_id = _with_store(server, seed)
+
+        listed = {a["id"] for a in json_of(alice.get("artifacts"))}
+        assert {shared_id, private_id} <= listed
+        assert shared_id not in {a["id"] for a in json_of(bob.get("artifacts"))}
+        in_room = json_of(bob.get("artifacts", params={"conversation_id": room_id}))
+        assert [a["id"] for a in in_room] == [shared_id]
+        _error(carol.get("artifacts", params={"conversation_id": room_id}), 404)
+
+        mine = json_of(alice.get(f"artifacts/{shared_id}"))
+        assert mine["version"] == 2 and mine["content"] == "# Plan v2\n"
+        assert mine["versions"] == [1, 2]
+        # bob sees only the version bound to the room he is in, never the later private one.
+        theirs = json_of(bob.get(f"artifacts/{shared_id}"))
+        assert theirs["version"] == 1 and theirs["versions"] == [1]
+        _error(bob.get(f"artifacts/{shared_id}/versions/2"), 404, "artifact_not_found")
+        assert json_of(bob.get(f"artifacts/{shared_id}/versions/1"))["content"] == "# Plan\n"
+
+        for path in (f"artifacts/{private_id}", f"artifacts/{private_id}/versions/1",
+                     f"artifacts/{private_id}/download",
+                     f"artifacts/{private_id}/versions/1/download", "artifacts/nope",
+                     f"artifacts/{shared_id}/versions/9"):
+            _error(bob.get(path), 404, "artifact_not_found")
+        for path in (f"artifacts/{shared_id}", f"artifacts/{shared_id}/download"):
+            _error(carol.get(path), 404, "artifact_not_found")
+
+        download = alice.get(f"artifacts/{private_id}/download")
+        assert download.status_code == 200
+        assert download.content == b"<script>alert(1)</script>"
+        # Never rendered in the Jupyter origin: an attachment, plain text, no sniffing.
+        assert download.headers["content-type"].startswith("text/plain")
+        assert download.headers["content-disposition"].startswith("attachment;")
+        assert download.headers["x-content-type-options"] == "nosniff"
+        assert bob.get(f"artifacts/{shared_id}/versions/1/download").content == b"# Plan\n"
+        for bad in ("0", "x", "-1"):
+            _error(alice.get(f"artifacts/{shared_id}/versions/{bad}"), 400, "invalid_version")
+
+
+@pytest.mark.rule("R-125", "R-126", "R-123")
+def test_rename_is_owner_only_and_refused_for_governed(server: ServerProcess) -> None:
+    with server.client("alice") as alice, server.client("bob") as bob:
+        for client in (alice, bob):
+            assert client.get("agents").status_code == 200
+
+        async def seed(artifacts: ArtifactStore) -> tuple[str, str]:
+            ordinary = await artifacts.create("alice", title="Old", kind="markdown",
+                                              content="x")
+            envelope = validate_envelope(ENVELOPE)
+            governed = await artifacts.create_governed(
+                "alice", envelope, attest_trusted_result("call-1", envelope),
+                where=WriteContext())
+            return ordinary.artifact_id, governed.artifact_id
+
+        ordinary, governed = _with_store(server, seed)
+        _error(bob.patch(f"artifacts/{ordinary}", json={"title": "Mine"}), 404)
+        _error(bob.patch(f"artifacts/{governed}", json={"title": "Mine"}), 404,
+               "artifact_not_found")  # a foreign governed root does not reveal its type
+        _error(alice.patch(f"artifacts/{governed}", json={"title": "Renamed"}), 422,
+               "validation_failed")
+        _error(alice.patch(f"artifacts/{ordinary}", json={"title": ""}), 422)
+        renamed = alice.patch(f"artifacts/{ordinary}", json={"title": "New"})
+        assert renamed.status_code == 200 and renamed.json()["title"] == "New"
+        assert json_of(alice.get(f"artifacts/{governed}"))["title"] == "Jobs"
+        download = alice.get(f"artifacts/{governed}/download")
+        assert download.headers["content-type"].startswith("application/json")
+        assert download.json() == ENVELOPE  # the inert canonical envelope
