@@ -3,12 +3,14 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { INotebookTracker, NotebookActions } from '@jupyterlab/notebook';
+import { ICommandPalette, InputDialog } from '@jupyterlab/apputils';
+import { INotebookTracker, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { KaizenApi } from './api';
+import { askMessage, askTitle, cellReference, ICellContext, quotedPart } from './ask';
 import { ICodeActions } from './components/Markdown';
 import { KaizenPanel } from './panel';
 import { connectSettings } from './settings';
@@ -20,6 +22,7 @@ const PANEL_ID = 'kaizen-panel';
 
 namespace CommandIDs {
   export const open = 'kaizen:open';
+  export const askAboutCell = 'kaizen:ask-about-cell';
 }
 
 export const kaizenIcon = new LabIcon({
@@ -53,18 +56,66 @@ function codeActions(app: JupyterFrontEnd, tracker: INotebookTracker | null): IC
   };
 }
 
+/**
+ * The cell to ask about: the one right-clicked (context menu), else the active cell of the
+ * current notebook; with the editor's selection, if any.
+ */
+function cellContext(app: JupyterFrontEnd, tracker: INotebookTracker | null): ICellContext | null {
+  const panel: NotebookPanel | null = tracker?.currentWidget ?? null;
+  if (!panel) {
+    return null;
+  }
+  const notebook = panel.content;
+  const hit = app.contextMenuHitTest(node => node.classList.contains('jp-Cell'));
+  let index = hit ? notebook.widgets.findIndex(cell => cell.node === hit) : -1;
+  if (index < 0) {
+    index = notebook.activeCellIndex;
+  }
+  const cell = notebook.widgets[index];
+  if (!cell) {
+    return null;
+  }
+  let selection: ICellContext['selection'] = null;
+  const editor = cell.editor;
+  if (editor) {
+    try {
+      const range = editor.getSelection();
+      selection = { start: editor.getOffsetAt(range.start), end: editor.getOffsetAt(range.end) };
+    } catch {
+      selection = null;
+    }
+  }
+  const info = notebook.model?.getMetadata('language_info') as { name?: unknown } | undefined;
+  const spec = notebook.model?.getMetadata('kernelspec') as { language?: unknown } | undefined;
+  // The kernel's language; before a kernel reported it, the editor's MIME type says it.
+  const mime = /^text\/x-(i?python|[a-z0-9+-]+)$/.exec(notebook.codeMimetype ?? '');
+  const text = (v: unknown): string => (typeof v === 'string' ? v : '');
+  const language =
+    text(info?.name) || text(spec?.language) || (mime ? mime[1].replace(/^ipython$/, 'python') : '');
+  return {
+    path: panel.context.path,
+    index,
+    id: cell.model.id,
+    cellType: cell.model.type,
+    language,
+    source: cell.model.sharedModel.getSource(),
+    selection
+  };
+}
+
 const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
   description: 'The Kaizen side panel: chat with agents, tool activity, approvals.',
   autoStart: true,
   requires: [IRenderMimeRegistry],
-  optional: [ILayoutRestorer, INotebookTracker, ISettingRegistry],
+  optional: [ILayoutRestorer, INotebookTracker, ISettingRegistry, ICommandPalette],
   activate: (
     app: JupyterFrontEnd,
     rendermime: IRenderMimeRegistry,
     restorer: ILayoutRestorer | null,
     tracker: INotebookTracker | null,
-    registry: ISettingRegistry | null
+    registry: ISettingRegistry | null,
+    palette: ICommandPalette | null
   ): void => {
     const api = new KaizenApi(app.serviceManager.serverSettings);
     const panel = new KaizenPanel({ api, rendermime, codeActions: codeActions(app, tracker) });
@@ -77,6 +128,58 @@ const plugin: JupyterFrontEndPlugin<void> = {
       label: 'Open the Kaizen Panel',
       execute: () => app.shell.activateById(PANEL_ID)
     });
+
+    // "Ask Kaizen about this cell / selection": a question (asked in a dialog unless given as
+    // the `question` argument) with the selection, or the whole cell, and a reference to the
+    // notebook and cell, sent into the open conversation or a new one.
+    app.commands.addCommand(CommandIDs.askAboutCell, {
+      label: args => {
+        if (args.isPalette) {
+          return 'Ask Kaizen About This Cell or Selection';
+        }
+        const context = cellContext(app, tracker);
+        return context && quotedPart(context).selected
+          ? 'Ask Kaizen About the Selection'
+          : 'Ask Kaizen About This Cell';
+      },
+      caption: 'Send the selection (or the whole cell) with a reference to the notebook and cell to Kaizen',
+      icon: args => (args.isPalette ? undefined : kaizenIcon),
+      isEnabled: () => !!tracker?.currentWidget?.content.activeCell,
+      execute: async args => {
+        const context = cellContext(app, tracker);
+        if (!context) {
+          return;
+        }
+        let question = typeof args.question === 'string' ? args.question : null;
+        if (question === null) {
+          const answer = await InputDialog.getText({
+            title: quotedPart(context).selected
+              ? 'Ask Kaizen about the selection'
+              : 'Ask Kaizen about this cell',
+            label: `About ${cellReference(context).replace(/`/g, '')}`,
+            placeholder: 'Your question (empty: explain this code)',
+            okLabel: 'Ask'
+          });
+          if (!answer.button.accept) {
+            return;
+          }
+          question = answer.value ?? '';
+        }
+        app.shell.activateById(PANEL_ID);
+        await panel.model.ask(askMessage(question, context), askTitle(context));
+      }
+    });
+    app.contextMenu.addItem({
+      command: CommandIDs.askAboutCell,
+      selector: '.jp-Notebook .jp-Cell',
+      rank: 20
+    });
+    palette?.addItem({
+      command: CommandIDs.askAboutCell,
+      category: 'Kaizen',
+      args: { isPalette: true }
+    });
+    palette?.addItem({ command: CommandIDs.open, category: 'Kaizen' });
 
     if (restorer) {
       restorer.add(panel, PANEL_ID);

@@ -101,11 +101,13 @@ export interface IRunView {
   admitted: boolean;
   model?: string;
   agentId?: string;
+  agentVersion?: string | number;
   step: number;
   startedAt?: string;
   tools: IToolCallView[];
   approvals: IApprovalView[];
   answers: IAnswerView[];
+  /** Live `thinking.delta` text of the step streaming now; never stored, gone at the end. */
   thinking?: string;
   terminal?: ITerminalView;
 }
@@ -212,6 +214,10 @@ function applyDurable(
         status: isTerminal(run) ? run.status : 'running',
         model: str(d, 'model') || run.model,
         agentId: str(d, 'agent_id') || run.agentId,
+        agentVersion:
+          typeof d.agent_version === 'string' || typeof d.agent_version === 'number'
+            ? d.agent_version
+            : run.agentVersion,
         startedAt: event.at
       }));
     case 'model.step.started':
@@ -224,7 +230,9 @@ function applyDurable(
           admitted: true,
           step,
           status: isTerminal(run) || run.status === 'awaiting_approval' ? run.status : 'running',
-          answers: answers.length === run.answers.length ? run.answers : answers
+          answers: answers.length === run.answers.length ? run.answers : answers,
+          // Thinking is live only and belongs to the step streaming now.
+          thinking: undefined
         };
       });
     case 'answer.committed': {
@@ -234,7 +242,7 @@ function applyDurable(
         text: str(d, 'text'),
         committed: true,
         model: str(d, 'model') || undefined,
-        usage: isRecord(d.usage) ? (d.usage as IUsage) : undefined,
+        usage: parseUsage(d.usage),
         seq: event.seq
       };
       const next = updateRun(state, event, run => ({
@@ -385,6 +393,9 @@ function replaceAnswer(answers: IAnswerView[], answer: IAnswerView): IAnswerView
   return answers.map((a, i) => (i === index ? answer : a));
 }
 
+/** The live thinking text kept per run (its latest part). */
+export const MAX_THINKING_CHARS = 20000;
+
 // -- live frames ------------------------------------------------------------------------------
 
 function applyLive(state: IConversationState, frame: ILiveFrame): IConversationState {
@@ -414,7 +425,9 @@ function applyLive(state: IConversationState, frame: ILiveFrame): IConversationS
     return withRun(state, { ...run, answers });
   }
   if (frame.type === 'thinking.delta') {
-    return withRun(state, { ...run, thinking: (run.thinking ?? '') + text });
+    // Bounded: a long reasoning stream keeps its latest part only.
+    const thinking = ((run.thinking ?? '') + text).slice(-MAX_THINKING_CHARS);
+    return withRun(state, { ...run, thinking });
   }
   return state;
 }
@@ -461,6 +474,35 @@ function withRun(state: IConversationState, run: IRunView, isNew = false): IConv
 
 export function isTerminal(run: IRunView): boolean {
   return run.terminal !== undefined;
+}
+
+/** The usage block of `answer.committed`, keeping only finite non-negative numbers. */
+export function parseUsage(value: unknown): IUsage | undefined {
+  if (!isRecord(value)) {
+    return undefined;
+  }
+  const count = (key: string): number | undefined => {
+    const v = value[key];
+    return typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : undefined;
+  };
+  const usage: IUsage = {};
+  const prompt = count('prompt_tokens');
+  const completion = count('completion_tokens');
+  const total = count('total_tokens');
+  const cost = count('cost');
+  if (prompt !== undefined) {
+    usage.prompt_tokens = prompt;
+  }
+  if (completion !== undefined) {
+    usage.completion_tokens = completion;
+  }
+  if (total !== undefined) {
+    usage.total_tokens = total;
+  } else if (prompt !== undefined || completion !== undefined) {
+    usage.total_tokens = (prompt ?? 0) + (completion ?? 0);
+  }
+  usage.cost = cost ?? null;
+  return usage.total_tokens === undefined && usage.cost === null ? undefined : usage;
 }
 
 // -- derived views ----------------------------------------------------------------------------
@@ -582,4 +624,95 @@ export function speakable(markdown: string, limit = 1000): string {
     text = `${text.slice(0, limit)}…`;
   }
   return text;
+}
+
+// -- usage ------------------------------------------------------------------------------------
+
+export interface IUsageTotals {
+  promptTokens: number;
+  completionTokens: number;
+  totalTokens: number;
+  /** The sum of reported costs, or null when no answer reported one. */
+  cost: number | null;
+  /** Runs that reported usage. */
+  runs: number;
+}
+
+/**
+ * The usage of one run: `answer.committed` carries the run's running totals (every model
+ * step so far), so the committed answer of the highest step is the run's usage.
+ */
+export function runUsage(run: IRunView): IUsage | undefined {
+  let best: IAnswerView | undefined;
+  for (const answer of run.answers) {
+    if (answer.committed && answer.usage && (!best || answer.step >= best.step)) {
+      best = answer;
+    }
+  }
+  return best?.usage;
+}
+
+/** Tokens (and cost, when reported) of the whole conversation: the sum over its runs. */
+export function conversationUsage(state: IConversationState): IUsageTotals {
+  const totals: IUsageTotals = {
+    promptTokens: 0,
+    completionTokens: 0,
+    totalTokens: 0,
+    cost: null,
+    runs: 0
+  };
+  for (const id of state.runOrder) {
+    const usage = runUsage(state.runs[id]);
+    if (!usage) {
+      continue;
+    }
+    totals.runs += 1;
+    totals.promptTokens += usage.prompt_tokens ?? 0;
+    totals.completionTokens += usage.completion_tokens ?? 0;
+    totals.totalTokens +=
+      usage.total_tokens ?? (usage.prompt_tokens ?? 0) + (usage.completion_tokens ?? 0);
+    if (typeof usage.cost === 'number') {
+      totals.cost = (totals.cost ?? 0) + usage.cost;
+    }
+  }
+  return totals;
+}
+
+/** A token count for a badge: `950`, `12,345` (grouped, locale-independent). */
+export function formatTokens(n: number): string {
+  return Math.round(n)
+    .toString()
+    .replace(/\B(?=(\d{3})+(?!\d))/g, ',');
+}
+
+/** A provider-reported cost (USD): `$0.0042`, `$1.25`. */
+export function formatCost(cost: number): string {
+  if (cost === 0) {
+    return '$0';
+  }
+  if (cost < 0.01) {
+    return `$${cost.toPrecision(2)}`;
+  }
+  return `$${cost.toFixed(2)}`;
+}
+
+/** One line for an answer or a conversation: `1,234 tokens (1,000 in, 234 out) · $0.0042`. */
+export function usageSummary(usage: {
+  prompt?: number;
+  completion?: number;
+  total?: number;
+  cost?: number | null;
+}): string {
+  const parts: string[] = [];
+  if (usage.total !== undefined) {
+    const split =
+      usage.prompt !== undefined || usage.completion !== undefined
+        ? ` (${formatTokens(usage.prompt ?? 0)} in, ${formatTokens(usage.completion ?? 0)} out)`
+        : '';
+    parts.push(`${formatTokens(usage.total)} tokens${split}`);
+  }
+  if (typeof usage.cost === 'number') {
+    parts.push(formatCost(usage.cost));
+  }
+  return parts.join(' · ');
 }

@@ -14,7 +14,7 @@ import {
   newIdempotencyKey
 } from './api';
 import { ConversationFeed, FeedStatus, ISocket } from './events';
-import { applyFrames, IConversationState, initialState } from './journal';
+import { applyFrames, IConversationState, initialState, isBusy, isTerminal } from './journal';
 import { Frame } from './protocol';
 
 type Listener = () => void;
@@ -89,6 +89,11 @@ export class ConversationModel extends Observable<IConversationSnapshot> {
       onStatus: feed => this.set({ ...this._value, feed })
     });
     void this._feed.start();
+  }
+
+  /** Whether the live feed runs (or is starting / reconnecting). */
+  get watching(): boolean {
+    return this._feed !== null && !this._feed.disposed;
   }
 
   /** Close the socket; `start()` later resumes from the last applied seq. */
@@ -203,11 +208,25 @@ export type Loadable<T> =
   | { phase: 'ready'; value: T }
   | { phase: 'error'; message: string };
 
+/** What the conversation list shows about a conversation besides its title. */
+export interface IActivity {
+  /** A run works or waits (admitted and not ended, or queued). */
+  busy: boolean;
+  /** Approval requests waiting for a decision. */
+  approvals: number;
+}
+
 export interface IPanelSnapshot {
   agents: Loadable<IAgent[]>;
   conversations: Loadable<IConversation[]>;
   me: IMe | null;
   selectedId: string | null;
+  /**
+   * Badges of the conversation list. Conversations watched live (open, or left while busy)
+   * come from their journal; the others from `GET approvals?status=pending` at the last
+   * refresh (the server lists no run status per conversation, so those show no busy badge).
+   */
+  activity: Readonly<Record<string, IActivity>>;
   /** A member-safe sentence from the last failed panel action, or null. */
   error: string | null;
 }
@@ -226,6 +245,7 @@ export class PanelModel extends Observable<IPanelSnapshot> {
       conversations: { phase: 'loading' },
       me: null,
       selectedId: null,
+      activity: {},
       error: null
     });
   }
@@ -234,11 +254,21 @@ export class PanelModel extends Observable<IPanelSnapshot> {
 
   async refresh(): Promise<void> {
     this.set({ ...this._value, agents: { phase: 'loading' }, conversations: { phase: 'loading' } });
-    const [agents, conversations, me] = await Promise.all([
+    const [agents, conversations, me, approvals] = await Promise.all([
       this.api.agents(),
       this.api.conversations(),
-      this.api.me()
+      this.api.me(),
+      this.api.pendingApprovals()
     ]);
+    if (approvals.ok) {
+      const pending: Record<string, number> = {};
+      for (const approval of approvals.value) {
+        if (approval.status === 'pending' && approval.conversation_id) {
+          pending[approval.conversation_id] = (pending[approval.conversation_id] ?? 0) + 1;
+        }
+      }
+      this._pendingApprovals = pending;
+    }
     this.set({
       ...this._value,
       me: me.ok ? me.value : this._value.me,
@@ -249,6 +279,7 @@ export class PanelModel extends Observable<IPanelSnapshot> {
         ? { phase: 'ready', value: sortConversations(conversations.value) }
         : { phase: 'error', message: conversations.message }
     });
+    this._updateActivity();
   }
 
   async create(agentId: string, shared: boolean, title?: string): Promise<boolean> {
@@ -272,12 +303,53 @@ export class PanelModel extends Observable<IPanelSnapshot> {
     return true;
   }
 
-  select(id: string | null): void {
-    if (this._value.selectedId && this._value.selectedId !== id) {
-      this._models.get(this._value.selectedId)?.stop();
+  /**
+   * Send `text` into the open conversation, or (none open) into a new private one with the
+   * default agent. Returns null when the server accepted it, else a member-safe sentence
+   * (also shown in the panel).
+   */
+  async ask(text: string, title: string): Promise<string | null> {
+    let id = this._value.selectedId;
+    if (!id || !this.conversationModel(id)) {
+      if (this._value.agents.phase !== 'ready') {
+        await this.refresh();
+      }
+      const agents = this._value.agents.phase === 'ready' ? this._value.agents.value : [];
+      const preferred = this.preferences.getSnapshot().defaultAgent;
+      const agent = agents.find(a => a.id === preferred) ?? agents[0];
+      if (!agent) {
+        const message =
+          this._value.agents.phase === 'error'
+            ? this._value.agents.message
+            : 'No agent is available to ask.';
+        this.reportError(message);
+        return message;
+      }
+      if (!(await this.create(agent.id, false, title))) {
+        return this._value.error ?? 'Kaizen could not start a conversation.';
+      }
+      id = this._value.selectedId;
     }
+    const model = this.conversationModel(id);
+    if (!model) {
+      return 'Kaizen could not open the conversation.';
+    }
+    const ok = await model.send(text, 'message');
+    return ok ? null : model.getSnapshot().error;
+  }
+
+  select(id: string | null): void {
+    const previous = this._value.selectedId;
     this.set({ ...this._value, selectedId: id });
+    if (previous && previous !== id) {
+      // A busy conversation stays watched until it settles: its list badge stays live.
+      const model = this._models.get(previous);
+      if (model && !isBusy(model.getSnapshot().journal)) {
+        model.stop();
+      }
+    }
     this.conversationModel(id)?.start();
+    this._updateActivity();
   }
 
   /** The model of a listed conversation (kept while the panel lives: switching resumes). */
@@ -293,10 +365,50 @@ export class PanelModel extends Observable<IPanelSnapshot> {
       if (!conversation) {
         return null;
       }
-      model = new ConversationModel(this.api, conversation);
+      model = this._newModel(conversation);
+      const watched = model;
       this._models.set(id, model);
+      watched.subscribe(() => this._onModelChange(id, watched));
     }
     return model;
+  }
+
+  /** A new conversation model (a seam for tests). */
+  protected _newModel(conversation: IConversation): ConversationModel {
+    return new ConversationModel(this.api, conversation);
+  }
+
+  private _onModelChange(id: string, model: ConversationModel): void {
+    if (id !== this._value.selectedId && model.watching) {
+      const { journal, feed } = model.getSnapshot();
+      if (feed.phase === 'live' && !isBusy(journal)) {
+        model.stop(); // settled in the background: nothing more to watch
+      }
+    }
+    this._updateActivity();
+  }
+
+  /** Recompute the list badges; publishes only when one changed. */
+  private _updateActivity(): void {
+    const next: Record<string, IActivity> = {};
+    for (const [id, count] of Object.entries(this._pendingApprovals)) {
+      next[id] = { busy: false, approvals: count };
+    }
+    for (const [id, model] of this._models) {
+      const { journal, feed } = model.getSnapshot();
+      if (!model.watching || (feed.phase === 'loading' && journal.lastSeq === 0)) {
+        continue; // not watched: the last refresh's answer stands
+      }
+      next[id] = liveActivity(journal);
+    }
+    for (const id of Object.keys(next)) {
+      if (!next[id].busy && !next[id].approvals) {
+        delete next[id];
+      }
+    }
+    if (!sameActivity(next, this._value.activity)) {
+      this.set({ ...this._value, activity: next });
+    }
   }
 
   dismissError(): void {
@@ -315,6 +427,35 @@ export class PanelModel extends Observable<IPanelSnapshot> {
   }
 
   private readonly _models = new Map<string, ConversationModel>();
+  private _pendingApprovals: Record<string, number> = {};
+}
+
+/** The list badges of a conversation from its journal. */
+export function liveActivity(journal: IConversationState): IActivity {
+  let approvals = 0;
+  for (const id of journal.runOrder) {
+    const run = journal.runs[id];
+    if (isTerminal(run)) {
+      continue;
+    }
+    for (const approval of run.approvals) {
+      if (approval.decision === undefined) {
+        approvals += 1;
+      }
+    }
+  }
+  return { busy: isBusy(journal), approvals };
+}
+
+function sameActivity(
+  a: Readonly<Record<string, IActivity>>,
+  b: Readonly<Record<string, IActivity>>
+): boolean {
+  const keys = Object.keys(a);
+  if (keys.length !== Object.keys(b).length) {
+    return false;
+  }
+  return keys.every(k => b[k] && b[k].busy === a[k].busy && b[k].approvals === a[k].approvals);
 }
 
 /** The member's panel preferences, mirrored from the JupyterLab settings registry. */

@@ -3,7 +3,7 @@
  */
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { ReactWidget } from '@jupyterlab/ui-components';
-import React, { useEffect, useSyncExternalStore } from 'react';
+import React, { useCallback, useEffect, useSyncExternalStore } from 'react';
 
 import { KaizenApi } from './api';
 import { ChatView } from './components/ChatView';
@@ -26,6 +26,11 @@ export function KaizenApp({ model, rendermime, codeActions }: IKaizenAppProps): 
   useEffect(() => {
     void model.refresh();
   }, [model]);
+  const agentList = state.agents.phase === 'ready' ? state.agents.value : null;
+  const agentNames = useCallback(
+    (agentId: string) => agentList?.find(a => a.id === agentId)?.name ?? agentId,
+    [agentList]
+  );
 
   const selected = model.conversationModel(state.selectedId);
   if (selected) {
@@ -37,6 +42,7 @@ export function KaizenApp({ model, rendermime, codeActions }: IKaizenAppProps): 
         model={selected}
         me={state.me?.member ?? null}
         agentName={agent?.name ?? selected.conversation.agent_id}
+        agentNames={agentNames}
         preferences={preferences}
         rendermime={rendermime}
         codeActions={codeActions}
@@ -51,6 +57,7 @@ export function KaizenApp({ model, rendermime, codeActions }: IKaizenAppProps): 
     <ConversationList
       agents={state.agents}
       conversations={state.conversations}
+      activity={state.activity}
       defaultAgent={preferences.defaultAgent}
       error={state.error}
       onCreate={(agentId, shared, title) => model.create(agentId, shared, title)}

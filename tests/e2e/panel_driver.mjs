@@ -27,10 +27,18 @@ async function openPanel(page) {
   await page.goto(`${base}lab?token=${token}`, { waitUntil: 'domcontentloaded' });
   const tab = page.locator('.jp-SideBar.jp-mod-right li[data-id="kaizen-panel"]');
   await tab.waitFor({ timeout: 60000 });
-  if (!(await page.locator('#kaizen-panel').isVisible())) {
-    await tab.click();
+  // The restored layout may open the panel a moment after the tab shows: a click then would
+  // close it again, so check (and click) until it stays visible.
+  const panel = page.locator('#kaizen-panel');
+  for (let attempt = 0; attempt < 5; attempt++) {
+    try {
+      await panel.waitFor({ state: 'visible', timeout: attempt ? 3000 : 1000 });
+      return;
+    } catch {
+      await tab.click();
+    }
   }
-  await page.locator('#kaizen-panel').waitFor({ state: 'visible', timeout: TIMEOUT });
+  await panel.waitFor({ state: 'visible', timeout: TIMEOUT });
 }
 
 async function send(page, text) {
@@ -134,8 +142,18 @@ async function approvalFixture(context, member) {
     }
   });
 
+  // The member's pending approvals (GET approvals?status=pending): the list's badge.
+  await page.route(url => url.pathname.endsWith('/kaizen/api/approvals'), route =>
+    route.fulfill({ json: [{
+      id: 'approval-1', run_id: 'run-1', conversation_id: id, tool: 'write_file', capability: 'write',
+      arguments: {}, args_digest: '9f2c1e77ab0c4d5e9f2c1e77ab0c4d5e', status: 'pending'
+    }] })
+  );
+
   await openPanel(page);
-  await page.locator(`.jp-Kaizen-conversation[data-conversation-id="${id}"]`).click();
+  const listEntry = page.locator(`.jp-Kaizen-conversation[data-conversation-id="${id}"]`);
+  await listEntry.locator('.jp-Kaizen-pendingBadge').waitFor({ timeout: TIMEOUT });
+  await listEntry.click();
   const card = page.locator('.jp-Kaizen-approval[data-approval-id="approval-1"]');
   await card.waitFor({ timeout: TIMEOUT });
   await page.locator('.jp-Kaizen-tool[data-tool="write_file"][data-outcome="running"] .jp-Kaizen-elapsed').waitFor();
@@ -180,8 +198,154 @@ async function approvalFixture(context, member) {
   if ((await page.locator('.jp-Kaizen-queueItem').count()) !== 0) {
     throw new Error('the admitted run is still shown as queued');
   }
+
+  // Back to the list while run-2 works: the conversation stays watched, so its badges are
+  // live (busy; the decided approval no longer pending, whatever the last refresh said).
+  await page.getByRole('button', { name: 'Back to the conversations' }).click();
+  await listEntry.locator('.jp-Kaizen-busyBadge').waitFor({ timeout: TIMEOUT });
+  if (await listEntry.locator('.jp-Kaizen-pendingBadge').count()) {
+    throw new Error('a decided approval is still badged as pending');
+  }
+  await page.screenshot({ path: path.join(shots, 'panel-list-badges.png') });
+  socket.send(JSON.stringify(ev('answer.committed', { step: 1, text: 'Summary.', model: 'fake-model', usage: { prompt_tokens: 3, completion_tokens: 2 } }, 'run-2')));
+  socket.send(JSON.stringify(ev('run.terminal', { status: 'completed', reason: 'answered' }, 'run-2')));
+  await page.waitForFunction(
+    sel => !document.querySelector(sel),
+    `.jp-Kaizen-conversation[data-conversation-id="${id}"] .jp-Kaizen-busyBadge`,
+    { timeout: TIMEOUT }
+  );
   await page.close();
   return socketUrls;
+}
+
+// A conversation of 2,000 journal events (400 runs: input, admission, step, a committed
+// Markdown answer with usage, terminal), served page by page at the real REST paths. Opens
+// it, logs the time to the first render of the latest message, checks the window keeps the
+// DOM small, that older messages load on demand, and that the page stays responsive.
+async function longConversation(context, member) {
+  const page = await context.newPage();
+  const id = 'long-conversation';
+  const RUNS = 400;
+  const events = [];
+  let seq = 0;
+  const t0 = Date.now() - RUNS * 5000;
+  const push = (run, type, data) => events.push({
+    seq: ++seq, conversation_id: id, run_id: run, type, actor: member,
+    at: new Date(t0 + seq * 1000).toISOString(), data, live: false
+  });
+  for (let i = 0; i < RUNS; i++) {
+    const run = `run-${i}`;
+    push(run, 'input.accepted', { input_id: `in-${i}`, position: i + 1, text: `message ${i}`, kind: 'message' });
+    push(run, 'run.admitted', { model: 'fake-model', agent_id: 'general', agent_version: 1, tools: [] });
+    push(run, 'model.step.started', { step: 1, attempt: 1 });
+    push(run, 'answer.committed', {
+      step: 1, model: 'fake-model',
+      text: `Answer **${i}**:\n\n- one\n- two\n\n\`\`\`python\nprint(${i})\n\`\`\``,
+      usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15, cost: null }
+    });
+    push(run, 'run.terminal', { status: 'completed', reason: 'answered' });
+  }
+  const conversation = {
+    id, agent_id: 'general', title: 'Long conversation', shared: false, owner: member,
+    audience_version: 1, participants: [member], last_seq: seq,
+    created_at: new Date(t0).toISOString(), updated_at: new Date(Date.now() + 60000).toISOString()
+  };
+  await page.route(url => url.pathname.endsWith('/kaizen/api/conversations'), async route => {
+    if (route.request().method() !== 'GET') {
+      return route.continue();
+    }
+    const real = await (await route.fetch()).json();
+    await route.fulfill({ json: [conversation, ...real] });
+  });
+  const pages = [];
+  await page.route(`**/kaizen/api/conversations/${id}/journal*`, route => {
+    const params = new URL(route.request().url()).searchParams;
+    const after = Number(params.get('after') ?? 0);
+    const limit = Number(params.get('limit') ?? 200);
+    const slice = events.filter(e => e.seq > after).slice(0, limit);
+    pages.push(after);
+    return route.fulfill({ json: { events: slice, next: slice.length ? slice.at(-1).seq : after } });
+  });
+  await page.routeWebSocket(`**/kaizen/api/conversations/${id}/events*`, () => {});
+
+  await openPanel(page);
+  const entry = page.locator(`.jp-Kaizen-conversation[data-conversation-id="${id}"]`);
+  await entry.waitFor({ timeout: TIMEOUT });
+  const clicked = Date.now();
+  await entry.click();
+  const latest = page.locator('.jp-Kaizen-run[data-run-id="run-399"] .jp-Kaizen-answer[data-committed="true"] .jp-Kaizen-code');
+  await latest.waitFor({ timeout: TIMEOUT });
+  const firstRenderMs = Date.now() - clicked;
+  const rendered = await page.locator('.jp-Kaizen-run').count();
+  if (rendered > 100) {
+    throw new Error(`${rendered} runs in the DOM: the transcript is not windowed`);
+  }
+  if (!(await latest.isVisible())) {
+    throw new Error('the latest message is not in view');
+  }
+  const total = await page.locator('.jp-Kaizen-usageTotal').getAttribute('data-tokens');
+  if (total !== String(RUNS * 15)) {
+    throw new Error(`conversation usage ${total}, expected ${RUNS * 15}`);
+  }
+  // Responsive: a frame comes quickly, typing echoes.
+  const frameMs = await page.evaluate(() => new Promise(resolve => {
+    const t = performance.now();
+    requestAnimationFrame(() => resolve(performance.now() - t));
+  }));
+  const box = page.locator('.jp-Kaizen-textarea');
+  const typed = Date.now();
+  await box.fill('still responsive');
+  await page.waitForFunction(() => document.querySelector('.jp-Kaizen-textarea')?.value === 'still responsive');
+  const typeMs = Date.now() - typed;
+  // Older messages: the keyboard-reachable button adds a page above, the view stays put.
+  const earlier = page.locator('.jp-Kaizen-earlier');
+  await earlier.focus();
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(
+    n => document.querySelectorAll('.jp-Kaizen-run').length > n,
+    rendered,
+    { timeout: TIMEOUT }
+  );
+  const afterEarlier = await page.locator('.jp-Kaizen-run').count();
+  // Scrolling to the top loads more; back at the bottom the window shrinks again.
+  await page.locator('.jp-Kaizen-transcript').evaluate(el => { el.scrollTop = 0; });
+  await page.waitForFunction(
+    n => document.querySelectorAll('.jp-Kaizen-run').length > n,
+    afterEarlier,
+    { timeout: TIMEOUT }
+  );
+  const afterScroll = await page.locator('.jp-Kaizen-run').count();
+  await page.locator('.jp-Kaizen-transcript').evaluate(el => { el.scrollTop = el.scrollHeight; });
+  await page.waitForFunction(
+    n => document.querySelectorAll('.jp-Kaizen-run').length === n,
+    rendered,
+    { timeout: TIMEOUT }
+  );
+  await page.screenshot({ path: path.join(shots, 'panel-long-conversation.png') });
+  await page.close();
+  return { events: events.length, pages: pages.length, firstRenderMs, rendered, afterEarlier, afterScroll, frameMs: Math.round(frameMs), typeMs };
+}
+
+// Settings Editor → Kaizen → Approval mode: the change is saved to the server.
+async function settingsEditor(page) {
+  await page.locator('.lm-MenuBar-itemLabel', { hasText: /^Settings$/ }).click();
+  await page.locator('.lm-Menu-itemLabel', { hasText: /^Settings Editor$/ }).click();
+  const plugin = page.locator('.jp-PluginList-entry[data-id="kaizen-jupyter:plugin"]');
+  await plugin.waitFor({ timeout: TIMEOUT });
+  await plugin.click();
+  const select = page.locator('select').filter({ has: page.locator('option', { hasText: 'always_ask' }) }).first();
+  await select.waitFor({ timeout: TIMEOUT });
+  await select.selectOption({ label: 'always_ask' });
+  let mode = null;
+  for (let i = 0; i < 100 && mode !== 'always_ask'; i++) {
+    await new Promise(r => setTimeout(r, 100));
+    mode = (await (await fetch(`${base}kaizen/api/members/me/settings`, { headers: { Authorization: `token ${token}` } })).json()).approval_mode;
+  }
+  if (mode !== 'always_ask') {
+    throw new Error(`the server's approval mode is ${mode} after the Settings Editor change`);
+  }
+  await page.screenshot({ path: path.join(shots, 'settings-editor.png') });
+  return mode;
 }
 
 const browser = await chromium.launch({
@@ -214,6 +378,19 @@ try {
 
   // 1. A streamed answer: live text first, then the committed answer in place.
   await send(page, 'stream please');
+  // Live thinking first, collapsed under the run; expanding it shows the streamed text.
+  const thinking = page.locator('.jp-Kaizen-thinking');
+  await thinking.waitFor({ timeout: TIMEOUT });
+  if (await thinking.evaluate(el => el.open)) {
+    throw new Error('thinking is not collapsed');
+  }
+  await thinking.locator('summary').click();
+  await page.waitForFunction(
+    () => document.querySelector('.jp-Kaizen-thinkingText')?.textContent?.includes('Let me think'),
+    null,
+    { timeout: TIMEOUT }
+  );
+  const thinkingText = await thinking.locator('.jp-Kaizen-thinkingText').innerText();
   await page.locator('.jp-Kaizen-answer[data-committed="false"]').first().waitFor({ timeout: TIMEOUT });
   const partial = await page.locator('.jp-Kaizen-answer[data-committed="false"]').first().innerText();
   log('streaming-seen', { partial });
@@ -225,6 +402,20 @@ try {
     { timeout: TIMEOUT }
   );
   log('committed-seen', { text: await committed.innerText() });
+  const meta = await committed.locator('.jp-Kaizen-answerMeta').innerText();
+  for (const part of ['General', 'fake-model', '48 tokens (40 in, 8 out)', '$0.0012']) {
+    if (!meta.includes(part)) {
+      throw new Error(`answer usage line lacks ${part}: ${meta}`);
+    }
+  }
+  const usageTotal = await page.locator('.jp-Kaizen-usageTotal').innerText();
+  if (!usageTotal.includes('48 tokens')) {
+    throw new Error(`conversation usage: ${usageTotal}`);
+  }
+  if (await page.locator('.jp-Kaizen-thinking').count()) {
+    throw new Error('thinking is still shown after the run ended');
+  }
+  log('usage-seen', { meta, usageTotal, thinking: thinkingText });
   const live = await page.locator('.jp-Kaizen-srOnly[aria-live="polite"]').innerText();
   if (!live.includes('streamed to the end')) {
     throw new Error(`aria-live region did not announce the answer: ${JSON.stringify(live)}`);
@@ -271,6 +462,33 @@ try {
     { timeout: TIMEOUT }
   );
   log('inserted-into-notebook', { cells: await page.locator('.jp-NotebookPanel .jp-Cell').count() });
+
+  // "Ask Kaizen about this cell / selection": in the cell context menu; by its shortcut
+  // (Alt+K) with a selection in the editor, a dialog asks the question, and the message
+  // (selection + notebook path + cell index and id) goes into the open conversation.
+  const askCell = page.locator('.jp-NotebookPanel .jp-Cell', { hasText: 'print(math.pi)' }).first();
+  await askCell.click({ button: 'right', position: { x: 8, y: 8 }, force: true });
+  await page.locator('.lm-Menu-item', { hasText: 'Ask Kaizen About This Cell' }).waitFor({ timeout: TIMEOUT });
+  await page.keyboard.press('Escape');
+  await askCell.locator('.cm-content').click();
+  await page.keyboard.press('Control+End');
+  await page.keyboard.press('Shift+Home');
+  await page.keyboard.press('Alt+k');
+  const dialog = page.locator('.jp-Dialog');
+  await dialog.waitFor({ timeout: TIMEOUT });
+  const dialogText = await dialog.innerText();
+  if (!dialogText.includes('selection on line 2')) {
+    throw new Error(`ask dialog: ${dialogText}`);
+  }
+  await page.keyboard.type('What does this print?');
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(
+    () => [...document.querySelectorAll('.jp-Kaizen-answer[data-committed="true"]')].some(n => n.textContent.includes('It prints pi')),
+    null,
+    { timeout: TIMEOUT }
+  );
+  const asked = await page.locator('.jp-Kaizen-run').last().locator('.jp-Kaizen-inputText').innerText();
+  log('ask-about-cell', { asked });
 
   // 4. Busy room: a slow run, a queued message, then Stop.
   await send(page, 'slow answer');
@@ -346,6 +564,11 @@ try {
   ).json();
   const socketUrls = await approvalFixture(context, me.member);
   log('approval-fixture', { socketAfter: socketUrls });
+
+  const perf = await longConversation(context, me.member);
+  log('long-conversation', perf);
+
+  log('settings-editor', { approvalMode: await settingsEditor(page) });
 
   if (errors.length) {
     throw new Error(`page errors: ${errors.join(' | ').slice(0, 500)}`);

@@ -37,8 +37,11 @@ CODE_ANSWER = (
 
 SCRIPTS: list[dict[str, Any]] = [
     {"match": "stream please", "responses": [
-        {"text": ["This ", "answer ", "is ", "**streamed** ", "to ", "the ", "end", "."],
+        {"thinking": ["Let ", "me ", "think ", "about ", "it."],
+         "text": ["This ", "answer ", "is ", "**streamed** ", "to ", "the ", "end", "."],
+         "usage": {"prompt_tokens": 40, "completion_tokens": 8, "cost": 0.0012},
          "chunk_delay_ms": 250}]},
+    {"match": "What does this print?", "responses": [{"text": "It prints pi."}]},
     {"match": "who can help", "responses": [
         {"tool_calls": [{"name": "list_available_agents", "arguments": {}}]},
         {"text": "You can use General and Search."}]},
@@ -49,7 +52,9 @@ SCRIPTS: list[dict[str, Any]] = [
     {"responses": [{"text": "Default answer."}]},
 ]
 
-SENT = ["stream please", "who can help", "show code", "slow answer", "queued after slow",
+ASKED = "What does this print?\n\nFrom notebook `Untitled.ipynb`, cell 1, id `"
+ASKED_CODE = "\nprint(math.pi)\n```"
+SENT = ["stream please", "who can help", "show code", ASKED, "slow answer", "queued after slow",
         "say hello\n(keyboard)"]
 
 
@@ -106,6 +111,11 @@ def test_panel_end_to_end(node: str, lab_server: ServerProcess, tmp_path: Path) 
                             timeout=240, cwd=REPO)
     steps = [json.loads(line) for line in result.stdout.splitlines()
              if line.startswith("{")]
+    perf = next((s for s in steps if s["step"] == "long-conversation"), None)
+    if perf:
+        print(f"long conversation: {perf['events']} events in {perf['pages']} pages, latest "
+              f"message rendered {perf['firstRenderMs']} ms after opening; {perf['rendered']} "
+              f"runs in the DOM; next frame {perf['frameMs']} ms, typing echo {perf['typeMs']} ms")
     report = "\n".join(result.stdout.splitlines()[-20:]) + "\n" + result.stderr[-2000:]
     assert result.returncode == 0, (
         f"driver failed after {time.monotonic() - started:.0f}s "
@@ -115,7 +125,8 @@ def test_panel_end_to_end(node: str, lab_server: ServerProcess, tmp_path: Path) 
     names = [s["step"] for s in steps]
     for step in ("conversation-created", "streaming-seen", "committed-seen", "tool-seen",
                  "markdown-seen", "inserted-into-notebook", "queue-seen", "stop-and-dequeue",
-                 "reloaded", "keyboard-send", "approval-fixture"):
+                 "reloaded", "keyboard-send", "approval-fixture", "usage-seen",
+                 "ask-about-cell", "long-conversation", "settings-editor"):
         assert step in names, report
 
     # The server saw each message exactly once (idempotent sends, no duplicates).
@@ -123,8 +134,17 @@ def test_panel_end_to_end(node: str, lab_server: ServerProcess, tmp_path: Path) 
         page = api.get(f"kaizen/api/conversations/{done['conversationId']}/journal",
                        params={"limit": 1000}).json()
         lab_settings = api.get("lab/api/settings/kaizen-jupyter:plugin").json()
-    assert lab_settings["settings"].get("approvalMode") == "never_ask", lab_settings
+        member_settings = api.get("kaizen/api/members/me/settings").json()
+    # Changed in the Settings Editor at the end: saved to the registry and to the server.
+    assert lab_settings["settings"].get("approvalMode") == "always_ask", lab_settings
+    assert member_settings["approval_mode"] == "always_ask", member_settings
     inputs = [e["data"]["text"] for e in page["events"] if e["type"] == "input.accepted"]
+    # "Ask about this cell": the selection, the notebook path, the cell index and id.
+    asked = inputs[SENT.index(ASKED)]
+    assert asked.startswith(ASKED) and asked.endswith(ASKED_CODE), asked
+    assert ", selection on line 2:\n\n```" in asked, asked
+    assert "import math" not in asked, asked
+    inputs[SENT.index(ASKED)] = ASKED
     assert inputs == SENT
     terminals = [e["data"]["status"] for e in page["events"] if e["type"] == "run.terminal"]
     assert terminals.count("cancelled") == 1

@@ -4,9 +4,27 @@
  * announces committed answers only (never each streamed token).
  */
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
-import React, { useEffect, useLayoutEffect, useRef, useSyncExternalStore } from 'react';
+import React, {
+  useCallback,
+  useEffect,
+  useLayoutEffect,
+  useMemo,
+  useRef,
+  useState,
+  useSyncExternalStore
+} from 'react';
 
-import { activeRun, isBusy, queuedRuns, speakable, transcriptRuns } from '../journal';
+import {
+  activeRun,
+  conversationUsage,
+  INoteView,
+  IRunView,
+  isBusy,
+  queuedRuns,
+  speakable,
+  transcriptRuns,
+  usageSummary
+} from '../journal';
 import { ConversationModel, IPanelPreferences } from '../model';
 import { Composer } from './Composer';
 import { ICodeActions } from './Markdown';
@@ -16,6 +34,8 @@ export interface IChatViewProps {
   model: ConversationModel;
   me: string | null;
   agentName: string;
+  /** Agent ids to display names (for the "produced by" line of each answer). */
+  agentNames?: (agentId: string) => string;
   preferences: IPanelPreferences;
   rendermime: IRenderMimeRegistry;
   codeActions: ICodeActions;
@@ -23,7 +43,7 @@ export interface IChatViewProps {
 }
 
 export function ChatView(props: IChatViewProps): JSX.Element {
-  const { model, me, agentName, preferences, rendermime, codeActions, onBack } = props;
+  const { model, me, agentName, agentNames, preferences, rendermime, codeActions, onBack } = props;
   const snapshot = useSyncExternalStore(model.subscribe, model.getSnapshot);
   const { journal, feed, error, sending } = snapshot;
   const runs = transcriptRuns(journal);
@@ -32,59 +52,23 @@ export function ChatView(props: IChatViewProps): JSX.Element {
   const busy = isBusy(journal);
   const conversation = model.conversation;
 
-  // Stick to the bottom while the member is already there.
-  // Markdown renders asynchronously, so follow the content's size, not only React renders.
-  const scroller = useRef<HTMLDivElement>(null);
-  const inner = useRef<HTMLDivElement>(null);
-  const atBottom = useRef(true);
-  const stick = (): void => {
-    const el = scroller.current;
-    if (el && atBottom.current) {
-      el.scrollTop = el.scrollHeight;
-    }
-  };
-  useLayoutEffect(stick);
-  useEffect(() => {
-    if (!inner.current || typeof ResizeObserver === 'undefined') {
-      return;
-    }
-    const observer = new ResizeObserver(stick);
-    observer.observe(inner.current);
-    return () => observer.disconnect();
-  }, []);
+  const usage = useMemo(() => conversationUsage(journal), [journal]);
+
+  // The transcript entries (runs and notes) in journal order: light descriptors only; React
+  // elements are made for the rendered window alone.
+  const entries = useMemo(() => transcriptEntries(runs, journal.notes), [journal]);
+  const windowed = useTranscriptWindow(entries.length);
+  const visible = entries.slice(windowed.start);
+
+  const onCancel = useCallback((runId: string) => void model.cancel(runId), [model]);
+  const onDecide = useCallback(
+    (id: string, decision: 'approve' | 'deny') => model.decide(id, decision),
+    [model]
+  );
   const headingRef = useRef<HTMLHeadingElement>(null);
   useEffect(() => {
     headingRef.current?.focus();
   }, [conversation.id]);
-
-  type Entry = { seq: number; key: string; node: JSX.Element };
-  const entries: Entry[] = runs.map(run => ({
-    seq: run.input?.seq ?? run.seq,
-    key: run.runId,
-    node: (
-      <RunView
-        key={run.runId}
-        run={run}
-        me={me}
-        rendermime={rendermime}
-        codeActions={codeActions}
-        onCancel={runId => void model.cancel(runId)}
-        onDecide={(id, decision) => model.decide(id, decision)}
-      />
-    )
-  }));
-  for (const note of journal.notes) {
-    entries.push({
-      seq: note.seq,
-      key: `note-${note.seq}`,
-      node: (
-        <p key={`note-${note.seq}`} className="jp-Kaizen-note">
-          {note.text}
-        </p>
-      )
-    });
-  }
-  entries.sort((a, b) => a.seq - b.seq);
 
   return (
     <div className="jp-Kaizen-chat" data-conversation-id={conversation.id}>
@@ -105,6 +89,20 @@ export function ChatView(props: IChatViewProps): JSX.Element {
       </div>
       <div className="jp-Kaizen-chatSub">
         <span>{agentName}</span>
+        {usage.runs > 0 && (
+          <span
+            className="jp-Kaizen-usageTotal"
+            data-tokens={usage.totalTokens}
+            title={`This conversation so far: ${usage.runs} answer${usage.runs === 1 ? '' : 's'} with usage`}
+          >
+            {usageSummary({
+              prompt: usage.promptTokens,
+              completion: usage.completionTokens,
+              total: usage.totalTokens,
+              cost: usage.cost
+            })}
+          </span>
+        )}
         <FeedIndicator phase={feed.phase} onReconnect={() => model.reconnect()} />
       </div>
       {(feed.phase === 'failed' || feed.phase === 'reconnecting') && (
@@ -114,24 +112,47 @@ export function ChatView(props: IChatViewProps): JSX.Element {
       )}
       <div
         className="jp-Kaizen-transcript"
-        ref={scroller}
-        onScroll={event => {
-          const el = event.currentTarget;
-          atBottom.current = el.scrollHeight - el.scrollTop - el.clientHeight < 40;
-        }}
+        ref={windowed.scroller}
+        onScroll={windowed.onScroll}
         role="log"
         aria-label="Conversation"
         aria-live="off"
         tabIndex={0}
       >
-        <div className="jp-Kaizen-transcriptInner" ref={inner}>
+        <div className="jp-Kaizen-transcriptInner" ref={windowed.inner}>
+          {windowed.start > 0 && (
+            <button
+              type="button"
+              className="jp-Kaizen-linkButton jp-Kaizen-earlier"
+              onClick={windowed.showEarlier}
+            >
+              Show earlier messages ({windowed.start})
+            </button>
+          )}
           {feed.phase === 'loading' && !entries.length && (
             <p className="jp-Kaizen-status">Loading the conversation…</p>
           )}
           {feed.phase !== 'loading' && !entries.length && !queue.length && (
             <p className="jp-Kaizen-empty">No messages yet. Say hello below.</p>
           )}
-          {entries.map(entry => entry.node)}
+          {visible.map(entry =>
+            entry.run ? (
+              <RunView
+                key={entry.key}
+                run={entry.run}
+                me={me}
+                rendermime={rendermime}
+                codeActions={codeActions}
+                agentName={agentNames}
+                onCancel={onCancel}
+                onDecide={onDecide}
+              />
+            ) : (
+              <p key={entry.key} className="jp-Kaizen-note">
+                {entry.note?.text}
+              </p>
+            )
+          )}
         </div>
       </div>
       {queue.length > 0 && (
@@ -185,6 +206,132 @@ export function ChatView(props: IChatViewProps): JSX.Element {
       </div>
     </div>
   );
+}
+
+interface IEntry {
+  seq: number;
+  key: string;
+  run?: IRunView;
+  note?: INoteView;
+}
+
+export function transcriptEntries(runs: IRunView[], notes: readonly INoteView[]): IEntry[] {
+  const entries: IEntry[] = runs.map(run => ({
+    seq: run.input?.seq ?? run.seq,
+    key: run.runId,
+    run
+  }));
+  for (const note of notes) {
+    entries.push({ seq: note.seq, key: `note-${note.seq}`, note });
+  }
+  return entries.sort((a, b) => a.seq - b.seq);
+}
+
+/** Entries rendered at first, and added per "show earlier" (or scroll to the top). */
+export const WINDOW_PAGE = 40;
+
+/**
+ * Windowed rendering of a long transcript: only the latest entries are in the DOM (a
+ * conversation of thousands of events opens as fast as a short one); scrolling to the top,
+ * or the "Show earlier messages" button, adds a page above while the view stays where it
+ * was. Back at the bottom, the window shrinks again to the latest page.
+ *
+ * Also keeps the view stuck to the bottom while the member is there; Markdown renders
+ * asynchronously, so this follows the content's size, not only React renders.
+ */
+function useTranscriptWindow(total: number): {
+  start: number;
+  scroller: React.RefObject<HTMLDivElement>;
+  inner: React.RefObject<HTMLDivElement>;
+  onScroll: (event: React.UIEvent<HTMLDivElement>) => void;
+  showEarlier: () => void;
+} {
+  // The first rendered entry, counted from the end (stable while new entries arrive).
+  const [fromEnd, setFromEnd] = useState(WINDOW_PAGE);
+  const scroller = useRef<HTMLDivElement>(null);
+  const inner = useRef<HTMLDivElement>(null);
+  const atBottom = useRef(true);
+  const anchor = useRef<{ el: Element; offset: number; until: number } | null>(null);
+  const prevTotal = useRef(total);
+  // The scrollTop this hook set last: a scroll elsewhere is the member's.
+  const ownScroll = useRef(-1);
+
+  // New entries while the member reads older ones: keep the same first entry rendered.
+  let shown = fromEnd;
+  if (total > prevTotal.current && !atBottom.current && fromEnd > WINDOW_PAGE) {
+    shown = fromEnd + (total - prevTotal.current);
+  }
+  prevTotal.current = total;
+  if (shown !== fromEnd) {
+    setFromEnd(shown);
+  }
+  const start = Math.max(0, total - shown);
+
+  const restore = (): void => {
+    const el = scroller.current;
+    if (!el) {
+      return;
+    }
+    const a = anchor.current;
+    if (a) {
+      if (Date.now() > a.until || !a.el.isConnected) {
+        anchor.current = null;
+      } else {
+        const offset = a.el.getBoundingClientRect().top - el.getBoundingClientRect().top;
+        el.scrollTop += offset - a.offset;
+        ownScroll.current = el.scrollTop;
+        return;
+      }
+    }
+    if (atBottom.current) {
+      el.scrollTop = el.scrollHeight;
+    }
+  };
+  useLayoutEffect(restore);
+  useEffect(() => {
+    if (!inner.current || typeof ResizeObserver === 'undefined') {
+      return;
+    }
+    const observer = new ResizeObserver(restore);
+    observer.observe(inner.current);
+    return () => observer.disconnect();
+  }, []);
+
+  const showEarlier = useCallback((): void => {
+    const el = scroller.current;
+    const first = inner.current?.querySelector(':scope > .jp-Kaizen-run, :scope > .jp-Kaizen-note');
+    if (el && first) {
+      // Keep the entry now on top where it is while the page above renders (and its
+      // Markdown settles).
+      anchor.current = {
+        el: first,
+        offset: first.getBoundingClientRect().top - el.getBoundingClientRect().top,
+        until: Date.now() + 1500
+      };
+    }
+    atBottom.current = false;
+    setFromEnd(n => n + WINDOW_PAGE);
+  }, []);
+
+  const onScroll = (event: React.UIEvent<HTMLDivElement>): void => {
+    const el = event.currentTarget;
+    if (anchor.current && (Date.now() > anchor.current.until || el.scrollTop !== ownScroll.current)) {
+      anchor.current = null; // the member scrolled: stop holding the view
+    }
+    const bottom = el.scrollHeight - el.scrollTop - el.clientHeight < 40;
+    if (bottom !== atBottom.current) {
+      atBottom.current = bottom;
+      if (bottom) {
+        anchor.current = null;
+        setFromEnd(WINDOW_PAGE); // back at the latest: drop the older pages from the DOM
+      }
+    }
+    if (el.scrollTop < 80 && total - fromEnd > 0 && !anchor.current) {
+      showEarlier();
+    }
+  };
+
+  return { start, scroller, inner, onScroll, showEarlier };
 }
 
 export function SharedBadge({ shared }: { shared: boolean }): JSX.Element {

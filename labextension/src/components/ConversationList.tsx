@@ -5,12 +5,14 @@ import { refreshIcon } from '@jupyterlab/ui-components';
 import React, { useEffect, useState } from 'react';
 
 import { IAgent, IConversation } from '../api';
-import { Loadable } from '../model';
+import { IActivity, Loadable } from '../model';
 import { SharedBadge } from './ChatView';
 
 export interface IConversationListProps {
   agents: Loadable<IAgent[]>;
   conversations: Loadable<IConversation[]>;
+  /** Busy / pending-approval badges by conversation id. */
+  activity?: Readonly<Record<string, IActivity>>;
   defaultAgent: string;
   error: string | null;
   onCreate: (agentId: string, shared: boolean, title: string) => Promise<boolean>;
@@ -89,6 +91,7 @@ export function ConversationList(props: IConversationListProps): JSX.Element {
                   <span className="jp-Kaizen-conversationMeta">
                     <span className="jp-Kaizen-agentName">{names.get(c.agent_id) ?? c.agent_id}</span>
                     <SharedBadge shared={c.shared} />
+                    <ActivityBadges activity={props.activity?.[c.id]} />
                   </span>
                 </button>
               </li>
@@ -96,6 +99,29 @@ export function ConversationList(props: IConversationListProps): JSX.Element {
           </ul>
         ))}
     </div>
+  );
+}
+
+export function ActivityBadges({ activity }: { activity?: IActivity }): JSX.Element | null {
+  if (!activity || (!activity.busy && !activity.approvals)) {
+    return null;
+  }
+  return (
+    <>
+      {activity.approvals > 0 && (
+        <span
+          className="jp-Kaizen-badge jp-Kaizen-pendingBadge"
+          title="An approval request is waiting for a decision"
+        >
+          {activity.approvals === 1 ? 'approval pending' : `${activity.approvals} approvals pending`}
+        </span>
+      )}
+      {activity.busy && (
+        <span className="jp-Kaizen-badge jp-Kaizen-busyBadge" title="A run is working or queued">
+          busy
+        </span>
+      )}
+    </>
   );
 }
 

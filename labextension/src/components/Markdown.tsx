@@ -8,7 +8,7 @@
  */
 import { IRenderMime, IRenderMimeRegistry, MimeModel } from '@jupyterlab/rendermime';
 import { Widget } from '@lumino/widgets';
-import React, { useEffect, useRef } from 'react';
+import React, { useEffect, useLayoutEffect, useRef } from 'react';
 
 export interface ICodeActions {
   /** Insert code into the active notebook; returns a sentence for the member on failure. */
@@ -71,11 +71,21 @@ export function Markdown(props: IMarkdownProps): JSX.Element {
     return undefined;
   }, [text, streaming, rendermime, codeActions]);
 
-  useEffect(
+  // A layout-effect cleanup runs before React removes the host from the document, so the
+  // renderer is detached while still attached (Lumino refuses to detach a removed node; a
+  // transcript window that drops entries, or going back to the list, unmounts many of these).
+  useLayoutEffect(
     () => () => {
       version.current++;
-      shown.current?.dispose();
+      const renderer = shown.current;
       shown.current = null;
+      if (renderer) {
+        try {
+          renderer.dispose();
+        } catch (reason) {
+          console.warn('Kaizen: could not dispose a markdown rendering', reason);
+        }
+      }
     },
     []
   );

@@ -5,7 +5,7 @@
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import React from 'react';
 
-import { IRunView, isTerminal } from '../journal';
+import { IRunView, isTerminal, runUsage, usageSummary } from '../journal';
 import { ApprovalCard } from './ApprovalCard';
 import { Spinner } from './Elapsed';
 import { ICodeActions, Markdown } from './Markdown';
@@ -16,6 +16,8 @@ export interface IRunProps {
   me: string | null;
   rendermime: IRenderMimeRegistry;
   codeActions: ICodeActions;
+  /** Agent ids to display names. */
+  agentName?: (agentId: string) => string;
   onCancel: (runId: string) => void;
   onDecide: (approvalId: string, decision: 'approve' | 'deny') => Promise<void>;
 }
@@ -46,12 +48,13 @@ export function InputBubble({ run, me }: { run: IRunView; me: string | null }): 
   );
 }
 
-export function RunView(props: IRunProps): JSX.Element {
-  const { run, me, rendermime, codeActions, onCancel, onDecide } = props;
+export const RunView = React.memo(function RunView(props: IRunProps): JSX.Element {
+  const { run, me, rendermime, codeActions, agentName, onCancel, onDecide } = props;
   const ended = isTerminal(run);
   const running = !ended && run.admitted;
   const answers = [...run.answers].sort((a, b) => a.step - b.step);
   const canDecide = me !== null && (run.input?.member ?? me) === me;
+  const lastCommitted = [...answers].reverse().find(a => a.committed);
   return (
     <article
       className="jp-Kaizen-run"
@@ -82,15 +85,12 @@ export function RunView(props: IRunProps): JSX.Element {
             streaming={!answer.committed}
             codeActions={codeActions}
           />
-          {answer.committed && (answer.model || answer.usage?.total_tokens) ? (
-            <div className="jp-Kaizen-answerMeta">
-              {[answer.model, answer.usage?.total_tokens ? `${answer.usage.total_tokens} tokens` : '']
-                .filter(Boolean)
-                .join(' · ')}
-            </div>
-          ) : null}
+          {answer === lastCommitted && (
+            <AnswerMeta run={run} model={answer.model} agentName={agentName} />
+          )}
         </div>
       ))}
+      {running && run.thinking ? <Thinking text={run.thinking} /> : null}
       {running && (
         <div className="jp-Kaizen-runStatus">
           <Spinner />
@@ -111,5 +111,70 @@ export function RunView(props: IRunProps): JSX.Element {
         </p>
       )}
     </article>
+  );
+});
+
+/**
+ * Who produced an answer and what it cost: the model and agent (from `run.admitted` and
+ * `answer.committed`), then the run's tokens (and cost when the provider reports it).
+ */
+export function AnswerMeta({
+  run,
+  model,
+  agentName
+}: {
+  run: IRunView;
+  model?: string;
+  agentName?: (agentId: string) => string;
+}): JSX.Element | null {
+  const usage = runUsage(run);
+  const shownModel = model || run.model;
+  const agent = run.agentId ? (agentName ? agentName(run.agentId) : run.agentId) : '';
+  const version = run.agentVersion !== undefined && run.agentVersion !== '' ? ` v${run.agentVersion}` : '';
+  const summary = usage
+    ? usageSummary({
+        prompt: usage.prompt_tokens,
+        completion: usage.completion_tokens,
+        total: usage.total_tokens,
+        cost: usage.cost
+      })
+    : '';
+  if (!shownModel && !agent && !summary) {
+    return null;
+  }
+  return (
+    <div className="jp-Kaizen-answerMeta" data-tokens={usage?.total_tokens ?? ''}>
+      {agent && (
+        <span className="jp-Kaizen-metaAgent" title={`Agent ${run.agentId}${version}`}>
+          {agent}
+          {version}
+        </span>
+      )}
+      {shownModel && (
+        <span className="jp-Kaizen-metaModel" title="Model">
+          {shownModel}
+        </span>
+      )}
+      {summary && (
+        <span className="jp-Kaizen-metaUsage" title="Tokens used by this answer's run">
+          {summary}
+        </span>
+      )}
+    </div>
+  );
+}
+
+/** Live reasoning of the step in progress: collapsed, never announced, gone once it ends. */
+export function Thinking({ text }: { text: string }): JSX.Element {
+  return (
+    <details className="jp-Kaizen-thinking">
+      <summary>
+        <span>Thinking…</span>
+        <span className="jp-Kaizen-muted"> ({text.length.toLocaleString('en-US')} characters)</span>
+      </summary>
+      <div className="jp-Kaizen-thinkingText" aria-live="off">
+        {text}
+      </div>
+    </details>
   );
 }
