@@ -96,7 +96,11 @@ def openapi_document() -> dict[str, Any]:
                                         "audience_version": {"type": "integer"},
                                         "participants": {"type": "array",
                                                          "items": {"type": "string"}},
-                                        "last_seq": {"type": "integer"}}},
+                                        "last_seq": {"type": "integer"},
+                                        "active_run": {
+                                            "type": ["object", "null"],
+                                            "properties": {"id": {"type": "string"},
+                                                           "status": {"type": "string"}}}}},
         "Accepted": {"type": "object", "required": ["input_id", "position", "run_id"],
                      "properties": {"input_id": {"type": "string"},
                                     "position": {"type": "integer"},

@@ -49,10 +49,13 @@ class ConversationRecord:
     participants: tuple[str, ...]
     created_at: datetime
     updated_at: datetime
+    # The room's running or approval-waiting run, if any: lets a client badge a busy room.
+    active_run: dict[str, str] | None = None
 
     def public(self) -> dict[str, Any]:
         return {
             "id": self.id,
+            "active_run": self.active_run,
             "agent_id": self.agent_id,
             "title": self.title,
             "shared": self.shared,

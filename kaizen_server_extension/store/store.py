@@ -350,11 +350,17 @@ class ConversationRepository(_Repository):
             .where(m.Participant.conversation_id == conv.id)
             .order_by(m.Participant.added_at, m.Participant.member_id)
         )).scalars().all()
+        active = (await tx.session.execute(
+            select(m.Run.id, m.Run.status)
+            .where(m.Run.conversation_id == conv.id,
+                   m.Run.status.in_(m.ACTIVE_RUN_STATUSES))
+        )).first()
         return ConversationRecord(
             id=conv.id, owner=conv.owner, agent_id=conv.agent_id, title=conv.title,
             shared=conv.shared, audience_version=conv.audience_version,
             last_seq=conv.last_seq, participants=tuple(members),
             created_at=conv.created_at, updated_at=conv.updated_at,
+            active_run={"id": active[0], "status": active[1]} if active else None,
         )
 
 

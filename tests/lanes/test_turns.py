@@ -169,6 +169,9 @@ def test_cancel_settles_once_and_the_queue_moves_on(model_server: ServerProcess)
         while alice.get(f"runs/{slow['run_id']}").json()["status"] != "running":
             assert time.monotonic() < deadline
             time.sleep(0.05)
+        # A busy room says so in its listing, with the run a client could stop.
+        listed = {c["id"]: c for c in alice.get("conversations").json()}
+        assert listed[room]["active_run"] == {"id": slow["run_id"], "status": "running"}
         cancelled = alice.post(f"runs/{slow['run_id']}/cancel")
         assert cancelled.status_code == 202
         assert _settled(alice, slow["run_id"])["status"] == "cancelled"
