@@ -201,3 +201,36 @@ def test_without_a_model_the_run_fails_with_a_clear_message(server: ServerProces
         assert run["status"] == "failed" and run["outcome"] == "model_not_configured"
         terminal = _events(alice, room, accepted["run_id"])[-1]
         assert "KAIZEN_MODEL_BASE_URL" in terminal["data"]["message"]
+
+
+@pytest.mark.rule("R-028", "R-029")
+async def test_closing_the_observer_socket_cancels_nothing(model_server: ServerProcess) -> None:
+    import asyncio
+
+    from tests.events.support import connect, read_until
+
+    with model_server.client("alice") as alice:
+        room = _room(alice)
+        ws = await connect(model_server, "alice", room)
+        accepted = _send(alice, room, "queued while watching")
+        # Watch until the run is admitted, then walk away mid-turn.
+        await read_until(ws, lambda frames: any(f.get("type") == "run.admitted" for f in frames))
+        ws.close()
+        await asyncio.sleep(0)
+        run = _settled(alice, accepted["run_id"])
+        assert run["status"] == "completed"
+        assert any(e["type"] == "answer.committed"
+                   for e in _events(alice, room, accepted["run_id"]))
+
+
+@pytest.mark.rule("R-037")
+def test_a_committed_answer_is_shared_with_every_participant(
+    model_server: ServerProcess,
+) -> None:
+    with model_server.client("alice") as alice, model_server.client("bob") as bob:
+        room = _room(alice, shared=True)
+        alice.post(f"conversations/{room}/participants", json={"member": "bob"})
+        accepted = _send(alice, room, "say hello to the room")
+        _settled(alice, accepted["run_id"])
+        answers = [e for e in _events(bob, room) if e["type"] == "answer.committed"]
+        assert [a["data"]["text"] for a in answers] == ["Hello from the model."]

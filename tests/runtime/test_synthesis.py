@@ -35,7 +35,7 @@ def synthesis_steps(host: FakeHost) -> list[str]:
     return [m.content for s in host.snapshots for m in s.messages if m.content in SYNTH_TEXTS]
 
 
-@pytest.mark.rule("R-043", "R-095")
+@pytest.mark.rule("R-043", "R-073", "R-095")
 async def test_exhausted_budget_grants_one_tool_free_synthesis_step_from_evidence() -> None:
     host = FakeHost(
         [calls(("c1", "search_docs")), say("Answer from what I found")],

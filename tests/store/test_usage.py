@@ -10,6 +10,7 @@ from kaizen_server_extension.store import Store
 from kaizen_server_extension.store.usage import DailyTokenCapReached, UsageLedger
 
 
+@pytest.mark.rule("R-081")
 async def test_without_a_cap_usage_is_still_recorded(store: Store) -> None:
     await store.members.ensure("alice")
     ledger = UsageLedger(store)
@@ -18,6 +19,7 @@ async def test_without_a_cap_usage_is_still_recorded(store: Store) -> None:
     assert await ledger.used("alice") == 120
 
 
+@pytest.mark.rule("R-042")
 async def test_a_member_at_the_cap_is_refused_before_the_call(store: Store) -> None:
     await store.members.ensure("alice")
     await store.members.ensure("bob")
@@ -34,6 +36,7 @@ async def test_a_member_at_the_cap_is_refused_before_the_call(store: Store) -> N
     assert await ledger.used("bob") == 1
 
 
+@pytest.mark.rule("R-079")
 async def test_concurrent_calls_of_one_member_are_serialized(store: Store) -> None:
     await store.members.ensure("alice")
     ledger = UsageLedger(store)
@@ -57,6 +60,7 @@ async def test_concurrent_calls_of_one_member_are_serialized(store: Store) -> No
     assert await ledger.used("alice") == 40
 
 
+@pytest.mark.rule("R-080")
 async def test_the_lock_is_released_when_the_call_fails(store: Store) -> None:
     await store.members.ensure("alice")
     ledger = UsageLedger(store)
