@@ -6,6 +6,8 @@ import importlib
 import logging
 import os
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,8 @@ from typing import Any
 import pluggy
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 from traitlets import Int, List, Set, Unicode, default
 
 from kaizen_server_extension.agents import AgentDefinition, AgentRegistrationError, collect_agents
@@ -177,7 +181,10 @@ class KaizenApp(ExtensionApp):
         store.add_listener(ctx.bus.publish_appended)
         if not is_sqlite(self.database_url):
             ctx.events_link = PostgresLink(ctx.bus, self.database_url, schema)
-        self._wire_runtime(ctx, plugins)
+        try:
+            self._wire_runtime(ctx, plugins)
+        except SettingsError as exc:
+            self._refuse_to_start(str(exc))
         self.kaizen = ctx
         self.settings.update({"kaizen": ctx})
         self.log.info("Kaizen store: %s", _redact_url(self.database_url))
@@ -203,7 +210,7 @@ class KaizenApp(ExtensionApp):
     def _wire_runtime(self, ctx: KaizenContext, plugins: LoadedPlugins) -> None:
         """Tool registry, guarded pipeline, model gateway and the room lanes."""
         from kaizen_server_extension.gateway import GatewayConfig, ModelGateway
-        from kaizen_server_extension.lanes.service import LaneConfig, LaneService
+        from kaizen_server_extension.lanes.service import LaneConfig, LaneService, ModelGatewayPort
         from kaizen_server_extension.lanes.tooling import PipelineToolBackend
         from kaizen_server_extension.policy.guardrails import GuardrailChain
         from kaizen_server_extension.tools.registry import ToolRegistrationError, ToolRegistry
@@ -220,7 +227,7 @@ class KaizenApp(ExtensionApp):
             authorize=self._tool_authorizer(),
             guardrails=guardrails,
         )
-        gateway: ModelGateway | None = None
+        gateway: ModelGatewayPort | None = None
         if ctx.model_base_url:
             try:
                 gateway = ModelGateway(GatewayConfig(
@@ -228,6 +235,21 @@ class KaizenApp(ExtensionApp):
                     api_key=ctx.model_api_key))
             except ValueError as exc:
                 self._refuse_to_start(f"Invalid setting KAIZEN_MODEL_BASE_URL: {exc}")
+        else:
+            # No endpoint: the embedded local model, when provisioned (kaizen-local-model).
+            from kaizen_server_extension.gateway.local import (
+                LOCAL_MODEL_NAME,
+                local_gateway_from_env,
+            )
+
+            try:
+                gateway = local_gateway_from_env(os.environ)
+            except ValueError as exc:
+                self._refuse_to_start(f"Invalid local model setting: {exc}")
+            if gateway is not None:
+                ctx.model = LOCAL_MODEL_NAME
+                self.log.info("Kaizen model: the embedded local model (no "
+                              "KAIZEN_MODEL_BASE_URL is set)")
         ctx.lanes = LaneService(
             store=ctx.store,
             tools=ctx.tools,
@@ -300,6 +322,8 @@ class KaizenApp(ExtensionApp):
             self.log.exception("Kaizen could not start its run_code kernels")
 
     async def stop_extension(self) -> None:
+        if getattr(self, "kaizen", None) is None:
+            return  # start-up was refused before anything was opened
         if self._run_code is not None:
             await self._run_code.close()
         await self.kaizen.lanes.stop()
@@ -319,17 +343,43 @@ class KaizenApp(ExtensionApp):
 
 async def bootstrap(url: str, schema: str | None,
                     agents: tuple[AgentDefinition, ...]) -> None:
-    """Migrate the schema and seed the plugins' agents before the server takes requests."""
+    """Migrate the schema and seed the plugins' agents before the server takes requests.
+
+    Replicas starting together on one PostgreSQL take turns: a session advisory lock, keyed
+    by schema, is held for the whole bootstrap."""
     engine = create_engine(url, schema=schema)
     try:
-        await upgrade(engine, schema)
-        store = Store(engine)
-        for agent in agents:
-            await store.agents.ensure_system_agent(
-                agent.agent_id, agent.name, persona=agent.persona, mode=agent.mode,
-                tool_ceiling=agent.tool_ceiling)
+        async with bootstrap_lock(engine, schema):
+            await _migrate_and_seed(engine, schema, agents)
     finally:
         await engine.dispose()
+
+
+@asynccontextmanager
+async def bootstrap_lock(engine: AsyncEngine, schema: str | None) -> AsyncIterator[None]:
+    if is_sqlite(engine.url.render_as_string(hide_password=False)):
+        yield  # SQLite's own write lock already serializes the migration
+        return
+    key = f"kaizen-bootstrap:{schema or ''}"
+    async with engine.connect() as conn:
+        await conn.execute(text("SELECT pg_advisory_lock(hashtext(:key))"), {"key": key})
+        await conn.commit()
+        try:
+            yield
+        finally:
+            await conn.execute(text("SELECT pg_advisory_unlock(hashtext(:key))"),
+                               {"key": key})
+            await conn.commit()
+
+
+async def _migrate_and_seed(engine: AsyncEngine, schema: str | None,
+                            agents: tuple[AgentDefinition, ...]) -> None:
+    await upgrade(engine, schema)
+    store = Store(engine)
+    for agent in agents:
+        await store.agents.ensure_system_agent(
+            agent.agent_id, agent.name, persona=agent.persona, mode=agent.mode,
+            tool_ceiling=agent.tool_ceiling)
 
 
 def _redact_url(url: str) -> str:

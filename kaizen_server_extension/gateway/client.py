@@ -13,7 +13,8 @@ import httpx
 from kaizen_server_extension.gateway import errors
 from kaizen_server_extension.gateway.assembly import StepAssembler
 from kaizen_server_extension.gateway.config import GatewayConfig
-from kaizen_server_extension.gateway.payload import RESERVED_KEYS, build_payload
+from kaizen_server_extension.gateway.content_tools import ContentToolCalls
+from kaizen_server_extension.gateway.payload import RESERVED_KEYS, advertised_tools, build_payload
 from kaizen_server_extension.gateway.sse import DONE, iter_sse_data
 from kaizen_server_extension.runtime.port import StepEvent, StepSnapshot
 
@@ -66,6 +67,8 @@ class ModelGateway:
         chosen_model = model or self.config.model
         payload = self._payload(snapshot, chosen_model)
         assembler = StepAssembler(step=snapshot.step, requested_model=chosen_model)
+        # JSON tool calls sent as content count only when no native tool_calls came.
+        content_calls = ContentToolCalls(advertised_tools(snapshot), step=snapshot.step)
         try:
             async with self._client.stream(
                 "POST", self.config.chat_completions_url, json=payload, headers=self._headers()
@@ -78,10 +81,12 @@ class ModelGateway:
                 if content_type.startswith("application/json"):
                     events = assembler.feed_completion(_parse_json(await response.aread()))
                     for event in events:
-                        yield event
+                        for filtered in content_calls.feed(event):
+                            yield filtered
                     return
                 async for event in _stream_events(response, assembler):
-                    yield event
+                    for filtered in content_calls.feed(event):
+                        yield filtered
         except (httpx.RequestError, httpx.InvalidURL) as exc:
             log.info("model step %s failed: %s", snapshot.step, type(exc).__name__)
             raise errors.classify_transport(exc) from None

@@ -249,8 +249,9 @@ class LaneService:
         if gateway is None or not model:
             await self.lane.settle(
                 run.id, "failed", "model_not_configured", "kaizen", fence=run.fence,
-                data={"message": "No model endpoint is configured for this server. Set "
-                      "KAIZEN_MODEL_BASE_URL and KAIZEN_MODEL, then send the message again."})
+                data={"message": "No model is configured for this server. Set "
+                      "KAIZEN_MODEL_BASE_URL and KAIZEN_MODEL, or run `kaizen-local-model "
+                      "setup` for the embedded model, then send the message again."})
             return
 
         tools = self._tools.freeze(agent=agent, conversation=conversation, member=run.member,

@@ -16,7 +16,7 @@ const base = process.env.KAIZEN_E2E_BASE_URL;
 const token = process.env.KAIZEN_E2E_TOKEN;
 const shots = process.env.KAIZEN_E2E_SCREENSHOTS || here;
 const executablePath = process.env.KAIZEN_E2E_CHROMIUM || '/usr/bin/chromium';
-const TIMEOUT = 30000;
+const TIMEOUT = 60000;  // generous: CI machines are shared and slow under load
 
 const started = Date.now();
 function log(step, extra = {}) {
