@@ -30,6 +30,8 @@ export interface IConversation {
   last_seq: number;
   created_at?: string;
   updated_at?: string;
+  /** The room's running or approval-waiting run at the time of listing, if any. */
+  active_run?: { id: string; status: string } | null;
 }
 
 /** The answer of `POST conversations/{id}/messages`. */

@@ -38,11 +38,13 @@ export const kaizenIcon = new LabIcon({
 /** "Insert into notebook": a new code cell below the active cell of the current notebook. */
 function codeActions(app: JupyterFrontEnd, tracker: INotebookTracker | null): ICodeActions {
   return {
-    insert: (code: string) => {
+    insert: async (code: string) => {
       const panel = tracker?.currentWidget;
       if (!panel) {
         return 'Open a notebook first.';
       }
+      // A notebook still loading from disk would replace a cell inserted now.
+      await panel.context.ready;
       const notebook = panel.content;
       NotebookActions.insertBelow(notebook);
       const cell = notebook.activeCell;

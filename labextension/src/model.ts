@@ -224,7 +224,7 @@ export interface IPanelSnapshot {
   /**
    * Badges of the conversation list. Conversations watched live (open, or left while busy)
    * come from their journal; the others from `GET approvals?status=pending` at the last
-   * refresh (the server lists no run status per conversation, so those show no busy badge).
+   * refresh and the listing's `active_run` of each conversation.
    */
   activity: Readonly<Record<string, IActivity>>;
   /** A member-safe sentence from the last failed panel action, or null. */
@@ -268,6 +268,11 @@ export class PanelModel extends Observable<IPanelSnapshot> {
         }
       }
       this._pendingApprovals = pending;
+    }
+    if (conversations.ok) {
+      this._busyAtRefresh = new Set(
+        conversations.value.filter(c => c.active_run).map(c => c.id)
+      );
     }
     this.set({
       ...this._value,
@@ -394,11 +399,16 @@ export class PanelModel extends Observable<IPanelSnapshot> {
     for (const [id, count] of Object.entries(this._pendingApprovals)) {
       next[id] = { busy: false, approvals: count };
     }
+    // Conversations not watched live: the server's listing said whether a run was active.
+    for (const id of this._busyAtRefresh) {
+      next[id] = { busy: true, approvals: next[id]?.approvals ?? 0 };
+    }
     for (const [id, model] of this._models) {
       const { journal, feed } = model.getSnapshot();
       if (!model.watching || (feed.phase === 'loading' && journal.lastSeq === 0)) {
         continue; // not watched: the last refresh's answer stands
       }
+      this._busyAtRefresh.delete(id); // its own journal is newer than the listing
       next[id] = liveActivity(journal);
     }
     for (const id of Object.keys(next)) {
@@ -428,6 +438,7 @@ export class PanelModel extends Observable<IPanelSnapshot> {
 
   private readonly _models = new Map<string, ConversationModel>();
   private _pendingApprovals: Record<string, number> = {};
+  private _busyAtRefresh = new Set<string>();
 }
 
 /** The list badges of a conversation from its journal. */

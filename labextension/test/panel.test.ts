@@ -107,6 +107,18 @@ describe('conversation list badges', () => {
     assert.deepEqual(panel.getSnapshot().activity, { c2: { busy: false, approvals: 2 } });
   });
 
+  it('shows busy for a conversation not watched when the listing has an active run', async () => {
+    const { api } = fakeServer({ journals: { c1: [], c2: [] } });
+    const listed = await api.conversations();
+    assert.ok(listed.ok);
+    const withActive = listed.value.map(c =>
+      c.id === 'c1' ? { ...c, active_run: { id: 'r9', status: 'running' } } : c
+    );
+    const panel = new TestPanel({ ...api, conversations: () => Promise.resolve({ ok: true, value: withActive }) } as typeof api);
+    await panel.refresh();
+    assert.deepEqual(panel.getSnapshot().activity, { c1: { busy: true, approvals: 0 } });
+  });
+
   it('keeps a busy conversation watched after leaving it, until it settles', async () => {
     const { api } = fakeServer({ journals: { c1: busyRun('c1') } });
     const panel = new TestPanel(api);

@@ -11,8 +11,8 @@ import { Widget } from '@lumino/widgets';
 import React, { useEffect, useLayoutEffect, useRef } from 'react';
 
 export interface ICodeActions {
-  /** Insert code into the active notebook; returns a sentence for the member on failure. */
-  insert: (code: string) => string | null;
+  /** Insert code into the active notebook; resolves to a sentence for the member on failure. */
+  insert: (code: string) => Promise<string | null>;
 }
 
 export interface IMarkdownProps {
@@ -120,8 +120,10 @@ export function decorateCodeBlocks(root: HTMLElement, actions: ICodeActions): vo
       });
     });
     const insert = button('Insert into notebook', 'Insert this code into a new cell below the active cell', () => {
-      const problem = actions.insert(code());
-      status.textContent = problem ?? 'Inserted.';
+      status.textContent = 'Inserting…';
+      void actions.insert(code()).then(problem => {
+        status.textContent = problem ?? 'Inserted.';
+      });
     });
     bar.append(copy, insert, status);
     pre.replaceWith(wrapper);
