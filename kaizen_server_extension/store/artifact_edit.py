@@ -14,74 +14,19 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Literal
 
+from kaizen_kernel.hashline.text import compute_tag, normalize
+
 MAX_HUNKS = 32
 MAX_WINDOW_LINES = 400
-
-_PRIME1 = 0x9E3779B1
-_PRIME2 = 0x85EBCA77
-_PRIME3 = 0xC2B2AE3D
-_PRIME4 = 0x27D4EB2F
-_PRIME5 = 0x165667B1
-_MASK = 0xFFFFFFFF
-
 
 class EditError(ValueError):
     """A patch that cannot apply: its message tells the model what to fix."""
 
 
-def _rotl(value: int, bits: int) -> int:
-    return ((value << bits) | (value >> (32 - bits))) & _MASK
-
-
-def xxh32(data: bytes, seed: int = 0) -> int:
-    """xxHash32 (the reference algorithm), enough for the 16-bit content tag."""
-    length, index = len(data), 0
-    if length >= 16:
-        v1 = (seed + _PRIME1 + _PRIME2) & _MASK
-        v2 = (seed + _PRIME2) & _MASK
-        v3 = seed & _MASK
-        v4 = (seed - _PRIME1) & _MASK
-        while index <= length - 16:
-            lanes = [int.from_bytes(data[index + 4 * k:index + 4 * k + 4], "little")
-                     for k in range(4)]
-            v1 = (_rotl((v1 + lanes[0] * _PRIME2) & _MASK, 13) * _PRIME1) & _MASK
-            v2 = (_rotl((v2 + lanes[1] * _PRIME2) & _MASK, 13) * _PRIME1) & _MASK
-            v3 = (_rotl((v3 + lanes[2] * _PRIME2) & _MASK, 13) * _PRIME1) & _MASK
-            v4 = (_rotl((v4 + lanes[3] * _PRIME2) & _MASK, 13) * _PRIME1) & _MASK
-            index += 16
-        acc = (_rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)) & _MASK
-    else:
-        acc = (seed + _PRIME5) & _MASK
-    acc = (acc + length) & _MASK
-    while index + 4 <= length:
-        lane = int.from_bytes(data[index:index + 4], "little")
-        acc = (_rotl((acc + lane * _PRIME3) & _MASK, 17) * _PRIME4) & _MASK
-        index += 4
-    while index < length:
-        acc = (_rotl((acc + data[index] * _PRIME5) & _MASK, 11) * _PRIME1) & _MASK
-        index += 1
-    acc ^= acc >> 15
-    acc = (acc * _PRIME2) & _MASK
-    acc ^= acc >> 13
-    acc = (acc * _PRIME3) & _MASK
-    acc ^= acc >> 16
-    return acc
-
-
-def normalize(text: str) -> str:
-    """Drop a leading BOM; CRLF and lone CR become LF (HASHLINE.md §2.1)."""
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    return text.replace("\r\n", "\n").replace("\r", "\n")
-
-
-_TRAILING_BLANKS = re.compile(r"[ \t\r]+(?=\n)|[ \t\r]+$")
-
-
 def content_tag(text: str) -> str:
-    """The four-hex tag of the whole normalized text: a lookup key, never a credential."""
-    hashing = _TRAILING_BLANKS.sub("", normalize(text))
-    return f"{xxh32(hashing.encode('utf-8')) & 0xFFFF:04X}"
+    """The four-hex tag of the whole normalized text: a lookup key, never a credential.
+    The same tag as a workspace file with this text (one Hashline implementation)."""
+    return compute_tag(normalize(text))
 
 
 def split_lines(text: str) -> list[str]:
