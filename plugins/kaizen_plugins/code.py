@@ -6,12 +6,10 @@ from typing import Any
 
 from kaizen_kernel.schema import DESCRIPTION, INPUT_SCHEMA
 from kaizen_plugins.artifacts import persist_run_files
+from kaizen_plugins.sandbox import SANDBOX_TOOL
 from kaizen_server_extension.tools import (
-    Capability,
     MemberSafeError,
-    RoomClass,
     ToolContext,
-    WriteCategory,
     hookimpl,
     tool,
 )
@@ -26,14 +24,8 @@ RUN_CODE_TIMEOUT_S = 240
     name="run_code",
     description=DESCRIPTION,
     input_schema=INPUT_SCHEMA,
-    capability=Capability.WRITE,
     timeout_s=RUN_CODE_TIMEOUT_S,
-    # Running code again after the workspace changed is ordinary use, not a duplicate.
-    repeat_creates_object=False,
-    room_class=RoomClass.ACTOR_BOUND_WRITE,
-    write_category=WriteCategory.ISOLATED_EXECUTION,
-    surface="sandbox",
-    explicit_grant_only=True,
+    **SANDBOX_TOOL,
 )
 async def run_code(ctx: ToolContext, **arguments: Any) -> dict[str, Any]:
     service = ctx.services.get("run_code")

@@ -26,12 +26,10 @@ from kaizen_kernel.hashline import (
 from kaizen_kernel.hashline.fs import MAX_PATH_CHARS
 from kaizen_kernel.hashline.render import MAX_READ_LINES
 from kaizen_kernel.hashline.syntax import MAX_PROGRAM_CHARS
+from kaizen_plugins.sandbox import SANDBOX_TOOL
 from kaizen_server_extension.tools import (
-    Capability,
     MemberSafeError,
-    RoomClass,
     ToolContext,
-    WriteCategory,
     hookimpl,
     tool,
 )
@@ -111,14 +109,9 @@ def _workspace(ctx: ToolContext) -> tuple[WorkspaceFS, WorkspaceKey]:
     name="read_workspace",
     description=READ_DESCRIPTION,
     input_schema=READ_SCHEMA,
-    capability=Capability.WRITE,
     timeout_s=WORKSPACE_TIMEOUT_S,
-    repeat_creates_object=False,
-    room_class=RoomClass.ACTOR_BOUND_WRITE,
-    write_category=WriteCategory.ISOLATED_EXECUTION,
     protocol_group=PROTOCOL,
-    surface="sandbox",
-    explicit_grant_only=True,
+    **SANDBOX_TOOL,
 )
 async def read_workspace(ctx: ToolContext, **arguments: Any) -> dict[str, Any]:
     fs, key = _workspace(ctx)
@@ -132,14 +125,9 @@ async def read_workspace(ctx: ToolContext, **arguments: Any) -> dict[str, Any]:
     name="edit_workspace",
     description=EDIT_DESCRIPTION,
     input_schema=EDIT_SCHEMA,
-    capability=Capability.WRITE,
     timeout_s=WORKSPACE_TIMEOUT_S,
-    repeat_creates_object=False,
-    room_class=RoomClass.ACTOR_BOUND_WRITE,
-    write_category=WriteCategory.ISOLATED_EXECUTION,
     protocol_group=PROTOCOL,
-    surface="sandbox",
-    explicit_grant_only=True,
+    **SANDBOX_TOOL,
 )
 async def edit_workspace(ctx: ToolContext, **arguments: Any) -> dict[str, Any]:
     fs, key = _workspace(ctx)
