@@ -145,7 +145,7 @@ async def on_store(db: str, store: Store, n: int, profile: str | None) -> None:
             store=store, lane=lane, bundle=admitted.bundle, model_stream=model.stream,
             call_tool=backend.caller(bundle=admitted.bundle, tools=admitted.tools,
                                      cancelled=cancelled),
-            publish_live=_no_live, lease=timedelta(seconds=30), lease_owner="bench",
+            publish_live=_no_live, lease=timedelta(seconds=30),
         )
         manifest = RunManifest(
             bundle=admitted.bundle,

@@ -69,7 +69,6 @@ class RunHost:
         call_tool: ToolCaller,
         publish_live: LivePublisher,
         lease: timedelta,
-        lease_owner: str,
     ) -> None:
         self._store = store
         self._lane = lane
@@ -78,7 +77,6 @@ class RunHost:
         self._call_tool = call_tool
         self._publish_live = publish_live
         self._lease = lease
-        self.lease_owner = lease_owner
 
     def _verify(self, bundle: AuthorityBundle) -> None:
         differing = self._admitted.differing_fields(bundle)

@@ -301,7 +301,7 @@ class LaneService:
         host = RunHost(
             store=self.store, lane=self.lane, bundle=bundle, model_stream=model_stream,
             call_tool=self._tools.caller(bundle=bundle, tools=tools, cancelled=cancelled),
-            publish_live=self._publish_live, lease=self.lease, lease_owner=self.owner,
+            publish_live=self._publish_live, lease=self.lease,
         )
         await TurnController(host, manifest).run()
 

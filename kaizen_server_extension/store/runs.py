@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from kaizen_server_extension.errors import Conflict, NotFound
+from kaizen_server_extension.errors import Conflict
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.records import RunRecord
 from kaizen_server_extension.store.store import Store, Tx, run_record, utcnow
@@ -152,15 +152,6 @@ class RunLane:
         if not settled:
             raise Conflict("The run has already finished.", code="run_already_settled")
         return await self.store.runs.get_for(run_id, member)
-
-    async def status(self, run_id: str) -> tuple[str, int]:
-        async with self.store.transaction() as tx:
-            row = (await tx.session.execute(
-                select(m.Run.status, m.Run.fence).where(m.Run.id == run_id)
-            )).first()
-            if row is None:
-                raise NotFound("No such run.", code="run_not_found")
-            return str(row[0]), int(row[1])
 
     async def stale_runs(self, now: datetime | None = None) -> list[RunRecord]:
         """Active runs whose lease ran out: their holder died or lost the database."""
