@@ -6,6 +6,8 @@ Prints one JSON line per figure (``"bench": "run_code"``, the figure under ``"fi
   dispatch over real loopback HTTP, vs awaiting the same dispatch in process (baseline);
 * ``run_code_persistent`` / ``run_code_ephemeral`` — a trivial ``1+1`` through
   ``RunCodeService.run`` (persistent lease; ephemeral from the warm pool), vs a bare call;
+* ``run_code_pipeline_persistent`` — the same persistent run as a model's call makes it,
+  through the store-backed guarded pipeline (SQLite), vs the direct persistent run;
 * ``wall_limit_recovery`` — from the wall limit firing on a SIGINT-ignoring C loop to a
   usable kernel again;
 * ``output_flood`` — printing 50 MiB: time until the call returns with ≤ the output cap.
@@ -22,6 +24,7 @@ import socket
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +60,51 @@ for i in range({n}):
     samples.append(time.perf_counter_ns() - t)
 print(json.dumps(samples))
 """
+
+
+async def through_pipeline(service: RunCodeService, n: int, direct_p50_us: float) -> None:
+    """A trivial persistent ``run_code`` as a model's call makes it: the store-backed guarded
+    pipeline (authority, permissions, ceiling, approval mode, audit) and the kernel."""
+    from benchkit import admit_run, fresh_store
+
+    from kaizen_server_extension.lanes.tooling import PipelineToolBackend
+    from kaizen_server_extension.runtime.port import ToolCallRequest
+    from kaizen_server_extension.store.runs import RunLane
+    from kaizen_server_extension.tools.registry import ToolRegistry
+
+    async with fresh_store("sqlite", "") as store:
+        await store.members.ensure("bench")
+        await store.members.update_settings("bench", approval_mode="never_ask", model=None)
+        agent = await store.agents.ensure_system_agent(
+            "coder", "Coder", persona="Runs code.", mode="chat", tool_ceiling=["run_code"])
+        room = await store.conversations.create("bench", agent.id, "bench", shared=False)
+        backend = PipelineToolBackend(store, ToolRegistry.from_plugins(load_entrypoints=False),
+                                      discovery_enabled=False)
+        backend.attach_run_code(service)
+        admitted = await admit_run(store, RunLane(store), backend,
+                                   _Room("bench", agent, room))
+        call = backend.caller(bundle=admitted.bundle, tools=admitted.tools,
+                              cancelled=asyncio.Event())
+        arguments = json.dumps({"code": "1+1", "persistent": True, "artifact_targets": []})
+        samples: list[int] = []
+        for i in range(n):
+            start = now_ns()
+            result = await call(admitted.bundle, ToolCallRequest(f"c{i}", "run_code",
+                                                                 arguments, i + 1))
+            samples.append(now_ns() - start)
+            assert result.outcome.value == "ok", result.content
+        stats = summary(samples)
+        emit({"db": "sqlite", "bench": "run_code", "figure": "run_code_pipeline_persistent",
+              **stats, "baseline_p50_us": us(direct_p50_us),
+              "ratio": ratio(stats["p50_us"], direct_p50_us), "target_p50_us": 10_000.0,
+              "meets_target": stats["p50_us"] <= 10_000.0, "n": n})
+
+
+@dataclass(frozen=True)
+class _Room:
+    member: str
+    agent: Any
+    conversation: Any
 
 
 async def main(n: int) -> None:
@@ -113,6 +161,8 @@ async def main(n: int) -> None:
                 runs.append(now_ns() - start)
                 assert done.status == "ok", done.to_payload()
             stats = summary(runs)
+            if persistent:
+                direct_persistent_us = stats["p50_us"]
             emit(
                 {
                     "db": "none",
@@ -126,6 +176,8 @@ async def main(n: int) -> None:
                     "n": len(runs),
                 }
             )
+
+        await through_pipeline(service, max(5, n // 10), direct_persistent_us)
 
         started = time.monotonic()
         slow = await service.run(

@@ -30,7 +30,7 @@ BENCHES: dict[str, tuple[list[str], int, set[str]]] = {
     "turns_throughput": (["--n", "1", "--rooms", "3"], 1, COMMON | {
         "rooms", "turns", "tool_calls_per_turn", "turns_per_s", "tool_calls_per_s",
         "elapsed_s", "completed", "baseline_turns_per_s", "ratio"}),
-    "run_code": (["--n", "5"], 5, COMMON),
+    "run_code": (["--n", "5"], 6, COMMON),
 }
 
 FIGURE_KEYS: dict[tuple[str, str], set[str]] = {
