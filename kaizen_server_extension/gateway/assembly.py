@@ -23,6 +23,20 @@ from kaizen_server_extension.runtime.port import (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class ToolArgumentsDelta:
+    """One live fragment of a tool call's arguments (only with ``live_arguments``).
+
+    Never a call: nothing may act on it. It exists so a trusted observer can checkpoint an
+    owner-resolved artifact update while it streams; the observer consumes it and the turn
+    controller never sees it (kaizen_server_extension.lanes.artifact_stream)."""
+
+    index: int
+    call_id: str
+    name: str
+    text: str
+
+
 @dataclass(slots=True)
 class _PartialToolCall:
     call_id: str = ""
@@ -33,14 +47,16 @@ class _PartialToolCall:
 class StepAssembler:
     """Accumulates one model step; ``step`` seeds ids for calls the provider left unnamed."""
 
-    def __init__(self, *, step: int, requested_model: str) -> None:
+    def __init__(self, *, step: int, requested_model: str,
+                 live_arguments: bool = False) -> None:
         self._step = step
         self._model = requested_model
+        self._live_arguments = live_arguments
         self._calls: dict[int, _PartialToolCall] = {}
         self._usage = Usage()
         self.finish_reason: str | None = None
 
-    def feed_chunk(self, chunk: Any) -> list[StepEvent]:
+    def feed_chunk(self, chunk: Any) -> list[StepEvent | ToolArgumentsDelta]:
         """One parsed ``chat.completion.chunk``; returns the live events it carries."""
         if not isinstance(chunk, Mapping):
             raise errors.step_error(errors.MALFORMED_RESPONSE)
@@ -55,9 +71,13 @@ class StepAssembler:
         delta = choice.get("delta")
         if not isinstance(delta, Mapping):
             return []
-        events = _live_events(delta)
+        events: list[StepEvent | ToolArgumentsDelta] = list(_live_events(delta))
         for fragment in _list(delta.get("tool_calls")):
-            self._merge_fragment(fragment)
+            index, text = self._merge_fragment(fragment)
+            if self._live_arguments and text:
+                partial = self._calls[index]
+                events.append(ToolArgumentsDelta(
+                    index, partial.call_id or f"call_{self._step}_{index}", partial.name, text))
         return events
 
     def feed_completion(self, body: Any) -> list[StepEvent]:
@@ -106,7 +126,8 @@ class StepAssembler:
         if isinstance(usage, Mapping):
             self._usage = _parse_usage(usage)
 
-    def _merge_fragment(self, fragment: Any) -> None:
+    def _merge_fragment(self, fragment: Any) -> tuple[int, str]:
+        """Merge one fragment; returns its call index and the argument text it carried."""
         if not isinstance(fragment, Mapping):
             raise errors.step_error(errors.MALFORMED_RESPONSE)
         index = fragment.get("index", 0)
@@ -123,8 +144,10 @@ class StepAssembler:
             arguments = function.get("arguments")
             if isinstance(arguments, str):
                 partial.arguments.append(arguments)
-            elif isinstance(arguments, Mapping):
+                return index, arguments
+            if isinstance(arguments, Mapping):
                 raise errors.step_error(errors.MALFORMED_RESPONSE)
+        return index, ""
 
 
 def _live_events(delta: Mapping[str, Any]) -> list[StepEvent]:

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from kaizen_server_extension.gateway import errors
-from kaizen_server_extension.gateway.assembly import StepAssembler
+from kaizen_server_extension.gateway.assembly import StepAssembler, ToolArgumentsDelta
 from kaizen_server_extension.gateway.config import GatewayConfig
 from kaizen_server_extension.gateway.content_tools import ContentToolCalls
 from kaizen_server_extension.gateway.payload import RESERVED_KEYS, advertised_tools, build_payload
@@ -64,9 +64,25 @@ class ModelGateway:
         An exchange with neither text nor tool call is *not* an error here: the controller
         decides about empty steps from what it received (R-008).
         """
+        async for event in self._step_events(snapshot, model, live_arguments=False):
+            if not isinstance(event, ToolArgumentsDelta):
+                yield event
+
+    def stream_step_with_arguments(
+        self, snapshot: StepSnapshot, *, model: str | None = None
+    ) -> AsyncIterator[StepEvent | ToolArgumentsDelta]:
+        """:meth:`stream_step` plus each streamed tool-argument fragment as it arrives, for
+        the trusted artifact checkpoint observer (lanes.artifact_stream), which consumes them.
+        Complete calls are still emitted only once the exchange has completed."""
+        return self._step_events(snapshot, model, live_arguments=True)
+
+    async def _step_events(
+        self, snapshot: StepSnapshot, model: str | None, *, live_arguments: bool
+    ) -> AsyncIterator[StepEvent | ToolArgumentsDelta]:
         chosen_model = model or self.config.model
         payload = self._payload(snapshot, chosen_model)
-        assembler = StepAssembler(step=snapshot.step, requested_model=chosen_model)
+        assembler = StepAssembler(step=snapshot.step, requested_model=chosen_model,
+                                  live_arguments=live_arguments)
         # JSON tool calls sent as content count only when no native tool_calls came.
         content_calls = ContentToolCalls(advertised_tools(snapshot), step=snapshot.step)
         try:
@@ -84,8 +100,11 @@ class ModelGateway:
                         for filtered in content_calls.feed(event):
                             yield filtered
                     return
-                async for event in _stream_events(response, assembler):
-                    for filtered in content_calls.feed(event):
+                async for streamed in _stream_events(response, assembler):
+                    if isinstance(streamed, ToolArgumentsDelta):
+                        yield streamed  # an observer's live fragment, never a call
+                        continue
+                    for filtered in content_calls.feed(streamed):
                         yield filtered
         except (httpx.RequestError, httpx.InvalidURL) as exc:
             log.info("model step %s failed: %s", snapshot.step, type(exc).__name__)
@@ -118,7 +137,7 @@ class ModelGateway:
 
 async def _stream_events(
     response: httpx.Response, assembler: StepAssembler
-) -> AsyncIterator[StepEvent]:
+) -> AsyncIterator[StepEvent | ToolArgumentsDelta]:
     saw_done = False
     async for data in iter_sse_data(response.aiter_lines()):
         if data.strip() == DONE:

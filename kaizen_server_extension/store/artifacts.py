@@ -46,6 +46,7 @@ TEXT_MIME = {
 }
 GOVERNED_MIME = "application/vnd.kaizen.renderable+json"
 _NOT_FOUND = "No such artifact."
+_ALREADY_DERIVED = "You already have your own copy of that exact version; nothing was saved."
 
 
 def content_digest(content: bytes) -> str:
@@ -222,6 +223,8 @@ class ArtifactStore:
         where = where or WriteContext()
         data = self._checked(kind, language, content, attestation)
         room = await self._room_of(tx, owner, where.conversation_id)
+        if derived_from is not None:
+            await self._refuse_second_derivation(tx, owner, derived_from)
         now = utcnow()
         root = m.Artifact(
             id=new_id(), owner=owner, title=title, kind=kind,
@@ -230,7 +233,13 @@ class ArtifactStore:
             derived_version=derived_from[1] if derived_from else None,
             current_version=1, created_at=now, updated_at=now)
         tx.session.add(root)
-        await tx.session.flush()
+        try:
+            await tx.session.flush()
+        except IntegrityError:
+            if derived_from is None:
+                raise
+            # A concurrent derivation won the unique index (uq_artifacts_one_derivation).
+            raise Conflict(_ALREADY_DERIVED, code="already_derived") from None
         return await self._append_version(tx, root, 1, title=title, kind=kind,
                                           language=language, content=data, mime=mime,
                                           author=owner, where=where, room=room,
@@ -407,6 +416,24 @@ class ArtifactStore:
             return None
         conversation = await self.store.conversations.get_for(conversation_id, member, tx)
         return conversation.id if conversation.shared else None
+
+    @staticmethod
+    async def _refuse_second_derivation(tx: Tx, owner: str,
+                                        derived_from: tuple[str, int]) -> None:
+        """One member-owned remix or fork per exact source version (R-164); the database's
+        partial unique index is the authority, this names the existing copy."""
+        existing = (await tx.session.execute(
+            select(m.Artifact.id).where(m.Artifact.owner == owner,
+                                        m.Artifact.derived_from == derived_from[0],
+                                        m.Artifact.derived_version == derived_from[1])
+        )).scalar_one_or_none()
+        if existing is not None:
+            raise Conflict(f"{_ALREADY_DERIVED} Your copy is artifact {existing}; change that "
+                           "one instead.", code="already_derived")
+
+    async def lock_owned(self, tx: Tx, member: str, artifact_id: str) -> m.Artifact:
+        """The member's own root, locked in ``tx`` (sibling stores: update checkpoints)."""
+        return await self._lock_owned(tx, member, artifact_id)
 
     async def _lock_owned(self, tx: Tx, member: str, artifact_id: str) -> m.Artifact:
         root = (await tx.session.execute(

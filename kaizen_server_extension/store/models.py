@@ -16,6 +16,7 @@ from sqlalchemy import (
     CheckConstraint,
     DateTime,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     LargeBinary,
@@ -404,6 +405,10 @@ class Artifact(Base):
         UniqueConstraint("owner", "conversation_id", "source_name",
                          name="uq_artifacts_owner_source"),
         Index("ix_artifacts_owner", "owner", "updated_at"),
+        # R-164: a member derives at most one root from one exact source version.
+        Index("uq_artifacts_one_derivation", "owner", "derived_from", "derived_version",
+              unique=True, sqlite_where=text("derived_from IS NOT NULL"),
+              postgresql_where=text("derived_from IS NOT NULL")),
     )
 
 
@@ -472,6 +477,49 @@ class ArtifactDraft(Base):
     )
 
 
+CHECKPOINT_STATUSES = ("building", "interrupted", "frozen")
+OPEN_CHECKPOINT_STATUSES = ("building", "interrupted")
+
+
+class ArtifactUpdateCheckpoint(Base):
+    """The private building row of a streamed ``update_artifact`` (R-245, R-444, R-445).
+
+    Opened before content streams, advanced by argument deltas, fenced by owner, run and call.
+    An interrupted stream leaves it ``interrupted``; the next turn's retry takes the same row
+    over (a new run, call and fence) and completion freezes it into exactly one new version.
+    ``create_artifact`` never has one (R-109, R-111)."""
+
+    __tablename__ = "artifact_update_checkpoints"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(ForeignKey("members.id"))
+    conversation_id: Mapped[str] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"))
+    artifact_id: Mapped[str] = mapped_column(ForeignKey("artifacts.id", ondelete="CASCADE"))
+    # The version the update builds on; freezing appends base_version + 1.
+    base_version: Mapped[int] = mapped_column(Integer)
+    run_id: Mapped[str] = mapped_column(String(64))
+    call_id: Mapped[str] = mapped_column(String(200))
+    fence: Mapped[int] = mapped_column(Integer)
+    # The raw argument text received so far (never parsed until the call completes).
+    arguments: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))
+    frozen_version: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        CheckConstraint(_in("status", CHECKPOINT_STATUSES), name="status"),
+        CheckConstraint("(status = 'frozen') = (frozen_version IS NOT NULL)", name="frozen"),
+        CheckConstraint("base_version >= 1", name="base_version"),
+        CheckConstraint("fence >= 1", name="fence"),
+        # One open building row per (owner, artifact): a retry resumes it, never a second.
+        Index("uq_artifact_update_checkpoints_open", "owner", "artifact_id", unique=True,
+              sqlite_where=text(_in("status", OPEN_CHECKPOINT_STATUSES)),
+              postgresql_where=text(_in("status", OPEN_CHECKPOINT_STATUSES))),
+    )
+
+
 
 # --- Library: collections and projects (issue 6) ----------------------------------------------
 
@@ -526,3 +574,77 @@ class LibraryProjectItem(Base):
     added_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
     __table_args__ = (CheckConstraint(_in("item_kind", PROJECT_ITEM_KINDS), name="item_kind"),)
+
+
+# --- Turn attachments and Hashline workspace state (issue 5, migration 0009) ------------------
+
+MAX_INPUT_ATTACHMENTS = 8
+HASHLINE_MAX_VERSIONS = 4
+
+
+class InputAttachment(Base):
+    """One file a member attached to an accepted input, pinned to an exact completed version
+    (R-449): the composite foreign key makes the pin point at a real immutable version row."""
+
+    __tablename__ = "input_attachments"
+
+    input_id: Mapped[str] = mapped_column(
+        ForeignKey("accepted_inputs.id", ondelete="CASCADE"), primary_key=True)
+    ordinal: Mapped[int] = mapped_column(Integer, primary_key=True)
+    artifact_id: Mapped[str] = mapped_column(String(64))
+    version: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(16))
+    digest: Mapped[str] = mapped_column(String(64))
+    size: Mapped[int] = mapped_column(BigInteger)
+    filename: Mapped[str] = mapped_column(String(300))
+    media_type: Mapped[str] = mapped_column(String(200))
+
+    __table_args__ = (
+        ForeignKeyConstraint(["artifact_id", "version"],
+                             ["artifact_versions.artifact_id", "artifact_versions.version"],
+                             name="fk_input_attachments_artifact_version"),
+        UniqueConstraint("input_id", "artifact_id", name="uq_input_attachments_artifact"),
+        CheckConstraint(f"ordinal >= 0 AND ordinal < {MAX_INPUT_ATTACHMENTS}", name="ordinal"),
+        CheckConstraint("version >= 1", name="version"),
+        CheckConstraint("size >= 0", name="size"),
+        CheckConstraint("length(digest) = 64", name="digest"),
+        CheckConstraint("length(filename) >= 1", name="filename"),
+    )
+
+
+class HashlineVersion(Base):
+    """A retained full-text version of one workspace path (HASHLINE.md §2.1, R-159).
+
+    ``slot`` 0 is the newest; the CHECK on it is what bounds the history to four versions per
+    (actor, conversation, path) in the database itself."""
+
+    __tablename__ = "hashline_versions"
+
+    actor: Mapped[str] = mapped_column(ForeignKey("members.id"), primary_key=True)
+    conversation_id: Mapped[str] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True)
+    path: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    slot: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tag: Mapped[str] = mapped_column(String(8))
+    text: Mapped[str] = mapped_column(Text)
+    # 1-based line numbers a read displayed (only those may be edited).
+    seen: Mapped[list[Any]] = mapped_column()
+    # The namespace's LRU order of paths: larger is more recent.
+    touched: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (
+        CheckConstraint(f"slot >= 0 AND slot < {HASHLINE_MAX_VERSIONS}", name="slot"),
+    )
+
+
+class HashlineRegister(Base):
+    """A named Hashline register of one (actor, conversation), kept across calls."""
+
+    __tablename__ = "hashline_registers"
+
+    actor: Mapped[str] = mapped_column(ForeignKey("members.id"), primary_key=True)
+    conversation_id: Mapped[str] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    ordinal: Mapped[int] = mapped_column(Integer)
+    rows: Mapped[list[Any]] = mapped_column()

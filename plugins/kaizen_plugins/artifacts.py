@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import Field
 
 from kaizen_server_extension.errors import MemberError
+from kaizen_server_extension.store.artifact_checkpoints import CheckpointScope, UpdateCheckpoints
 from kaizen_server_extension.store.artifact_content import MODEL_KINDS, is_reserved
 from kaizen_server_extension.store.artifact_drafts import DraftScope, DraftStore
 from kaizen_server_extension.store.artifact_edit import (
@@ -31,6 +32,7 @@ from kaizen_server_extension.store.artifacts import (
     ArtifactVersionRecord,
     WriteContext,
 )
+from kaizen_server_extension.store.store import new_id
 from kaizen_server_extension.tools import (
     Capability,
     MemberSafeError,
@@ -158,10 +160,19 @@ async def update_artifact(ctx: ToolContext, content: Content,
         if language is not None else None
     if current is not None:
         _refuse_title_and_pair(None, current.kind, language)
-    record = await _nothing_saved(store.update(
-        ctx.member, target, content=content, expected_version=expected_version, title=title,
-        language=language, where=_where(ctx)))
-    return _summary(record, "Updated")
+    # The update completes through its private building row: a row an interrupted earlier
+    # turn (or this call's own stream) opened is resumed and frozen into exactly this one
+    # version (R-245); without one, a row is opened and frozen in the same transaction.
+    checkpoints = UpdateCheckpoints(store.store, store)
+    scope = CheckpointScope(ctx.member, ctx.bundle.conversation_id, ctx.bundle.run_id,
+                            f"completion:{new_id()}")
+    record, checkpoint = await _nothing_saved(checkpoints.freeze(
+        scope, target, content=content, expected_version=expected_version, title=title,
+        language=language))
+    result = _summary(record, "Updated")
+    if checkpoint.resumed:
+        result["resumed_checkpoint"] = checkpoint.checkpoint_id
+    return result
 
 
 # --- anchored read and edit ------------------------------------------------------------------
@@ -261,7 +272,8 @@ async def begin_artifact(ctx: ToolContext, title: Title, kind: Kind,
                          language: Language = None) -> dict[str, Any]:
     """Open a draft for a substantial new artifact (a game, app, document, illustration...).
     Then send its content in order with append_artifact, passing back each returned
-    sequence and digest, and finish with finalize_artifact (or discard_artifact)."""
+    sequence and digest, and finish with finalize_artifact (or discard_artifact).
+    Native Word, PowerPoint, Excel or PDF files are not drafts: make them with run_code."""
     _refuse_title_and_pair(title, kind, language)
     drafts, scope = _drafts(ctx)
     cursor = await _nothing_saved(drafts.begin(scope, title=title, kind=kind,

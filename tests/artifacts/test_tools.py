@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from kaizen_plugins import artifacts as plugin
+from sqlalchemy.exc import IntegrityError
 
+from kaizen_server_extension.errors import Conflict
 from kaizen_server_extension.store import Store
+from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.artifact_edit import content_tag
 from kaizen_server_extension.store.artifacts import ArtifactStore, WriteContext
 from kaizen_server_extension.tools import MemberSafeError
@@ -244,3 +248,57 @@ async def test_graph_and_json_validators_refuse_before_anything_is_written(
     await _refused(plugin.create_artifact.impl(ctx, title="j", kind="json", content="{"),
                    "validation_failed")
     assert await ArtifactStore(store).list_for("alice") == []
+
+
+@pytest.mark.rule("R-164")
+async def test_a_room_version_yields_one_remix_and_a_second_is_refused(store: Store) -> None:
+    shared = await room(store, "alice", shared=True, members=("bob",))
+    artifacts = ArtifactStore(store)
+    original = await artifacts.create("alice", title="Plan", kind="code", content=BASE,
+                                      where=WriteContext(shared))
+    bob = await _ctx(store, "bob", conv=shared)
+    remix = await _edit(bob, original.artifact_id, "CUT 1.=1\n")
+    again = await _refused(_edit(bob, original.artifact_id, "CUT 2.=2\n"), "already_derived")
+    assert remix["artifact_id"] in str(again)  # the refusal names bob's one copy
+    bobs = await artifacts.list_for("bob")
+    assert [r.artifact_id for r in bobs if r.derived_from == original.artifact_id] == [
+        remix["artifact_id"]]
+    assert (await artifacts.resolve("alice", original.artifact_id)).text() == BASE
+    assert await artifacts.count_versions(original.artifact_id) == 1
+    # The store refuses a second copy the same way, and the database is the authority even
+    # when the Python check is skipped.
+    with pytest.raises(Conflict):
+        await artifacts.create("bob", title="Plan", kind="code", content="x\n",
+                               derived_from=(original.artifact_id, 1))
+    with pytest.raises(IntegrityError):
+        async with store.transaction() as tx:
+            now = datetime.now(UTC)
+            tx.session.add(m.Artifact(id="forged", owner="bob", title="Plan", kind="code",
+                                      derived_from=original.artifact_id, derived_version=1,
+                                      current_version=1, created_at=now, updated_at=now))
+    # A different source version may still be remixed once.
+    await artifacts.update("alice", original.artifact_id, content="1\n2\n",
+                           expected_version=1, where=WriteContext(shared))
+    second = await plugin.edit_artifact.impl(bob, artifact_id=original.artifact_id, version=2,
+                                             tag=content_tag("1\n2\n"), edits="CUT 1.=1\n")
+    assert second["remixed_from"] == original.artifact_id
+    assert second["artifact_id"] != remix["artifact_id"]
+
+
+@pytest.mark.rule("R-232")
+async def test_a_retained_run_code_file_stays_an_opaque_native_artifact(store: Store) -> None:
+    ctx = await _ctx(store)
+    artifacts = ArtifactStore(store)
+    docx = b"PK\x03\x04 not really a docx, but bytes all the same"
+    mime = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+    record, _reused = await artifacts.persist_file(
+        "alice", ctx.bundle.conversation_id, ctx.bundle.run_id, "report.docx", docx, mime)
+    aid = record.artifact_id
+    await _refused(plugin.read_artifact.impl(ctx, artifact_id=aid), "artifact_not_text")
+    await _refused(plugin.edit_artifact.impl(ctx, artifact_id=aid, version=1, tag="0000",
+                                             edits="PUT 1.=1:\n+hello text"),
+                   "artifact_not_text")
+    await _refused(plugin.update_artifact.impl(ctx, content="hello text", artifact_id=aid),
+                   "artifact_not_text")
+    after = await artifacts.resolve("alice", aid)
+    assert (after.kind, after.mime, after.version, after.content) == ("file", mime, 1, docx)
