@@ -7,14 +7,82 @@ reasoning (R-011).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
 
-from kaizen_server_extension.runtime.port import ChatMessage
+from kaizen_server_extension.policy.grounding import compose_system_prompt
+from kaizen_server_extension.runtime.port import AdvertisedTool, ChatMessage
+from kaizen_server_extension.store.artifact_checkpoints import UpdateCheckpoints
+from kaizen_server_extension.store.artifacts import ArtifactStore
 from kaizen_server_extension.store.records import EventRecord
+from kaizen_server_extension.store.store import Store
 
 #: Earlier messages carried into a turn; older history is left out rather than truncated.
 MAX_HISTORY_MESSAGES = 40
 INPUT_EVENTS = ("input.accepted", "steering.accepted")
+
+#: The one tool that completes an unfinished artifact version. The roster's instruction names
+#: it only when the step's advertised catalog carries it (R-300).
+COMPLETE_TOOL = "update_artifact"
+MAX_ROSTER_ENTRIES = 50
+MAX_ROSTER_TITLE = 120
+
+
+@dataclass(frozen=True, slots=True)
+class RosterEntry:
+    artifact_id: str
+    title: str
+    kind: str
+    version: int
+    # An interrupted or still-building update checkpoint of the member's own.
+    unfinished: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactRoster:
+    """This conversation's artifacts (R-253): identity only, never another chat's."""
+
+    entries: tuple[RosterEntry, ...] = ()
+
+    def render(self, advertised: Collection[str]) -> str | None:
+        """The roster block for the system prompt, given the names the step advertises."""
+        if not self.entries:
+            return None
+        can_complete = COMPLETE_TOOL in advertised
+        lines = ["Artifacts in this conversation (pass an artifact_id exactly as shown; a "
+                 "new request with no id creates a new artifact):"]
+        for entry in self.entries:
+            # Titles are member-authored text: quoted as data, bounded.
+            title = json.dumps(entry.title[:MAX_ROSTER_TITLE], ensure_ascii=False)
+            line = (f"- {entry.artifact_id} {title} ({entry.kind}, version "
+                    f"{entry.version})")
+            if entry.unfinished:
+                line += (f" - has an unfinished new version: complete it with {COMPLETE_TOOL}"
+                         " using this artifact_id" if can_complete
+                         else " - has an unfinished new version")
+            lines.append(line)
+        return "\n".join(lines)
+
+
+async def roster_for(store: Store, member: str, conversation_id: str,
+                     advertised: Iterable[AdvertisedTool]) -> str | None:
+    """The rendered roster for a step that advertises ``advertised`` (one definition)."""
+    roster = await load_artifact_roster(store, member, conversation_id)
+    return roster.render({tool.name for tool in advertised})
+
+
+async def load_artifact_roster(store: Store, member: str,
+                               conversation_id: str) -> ArtifactRoster:
+    """The member's view of this room's artifacts, with their own unfinished updates."""
+    artifacts = ArtifactStore(store)
+    listed = await artifacts.list_for(member, room=conversation_id, limit=MAX_ROSTER_ENTRIES)
+    unfinished = {c.artifact_id for c in
+                  await UpdateCheckpoints(store, artifacts).unfinished(member, conversation_id)}
+    return ArtifactRoster(tuple(
+        RosterEntry(r.artifact_id, r.title, r.kind, r.version,
+                    unfinished=r.artifact_id in unfinished and r.owner == member)
+        for r in listed))
 
 
 def build_context(
@@ -23,8 +91,10 @@ def build_context(
     *,
     current_input_id: str,
     shared: bool,
+    roster: str | None = None,
 ) -> tuple[ChatMessage, ...]:
-    """System persona, earlier answered exchanges, then the input this run answers."""
+    """The system prompt (persona, the shared grounding rules, this conversation's artifact
+    roster when there is one), earlier answered exchanges, then the input this run answers."""
     answered = {e.run_id for e in history if e.type == "answer.committed"}
     messages: list[ChatMessage] = []
     current: ChatMessage | None = None
@@ -47,4 +117,6 @@ def build_context(
     # Never start the history with a dangling answer whose question was cut off.
     while recent and recent[0].role == "assistant":
         recent = recent[1:]
-    return (ChatMessage(role="system", content=persona), *recent, current)
+    # The shared composition chain: persona, grounding (no agent can opt out), roster.
+    system = compose_system_prompt(persona, roster)
+    return (ChatMessage(role="system", content=system), *recent, current)
