@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from kaizen_kernel.resources import FetchedVersion, ResourceGrant
 from kaizen_kernel.schema import DESCRIPTION, INPUT_SCHEMA
 from kaizen_plugins.artifacts import persist_run_files
+from kaizen_plugins.office_idioms import OFFICE_IDIOMS
 from kaizen_plugins.sandbox import SANDBOX_TOOL
+from kaizen_server_extension.errors import NotFound
+from kaizen_server_extension.resources import AdmittedResources, SharedResource
 from kaizen_server_extension.tools import (
     MemberSafeError,
     ToolContext,
@@ -22,7 +26,8 @@ RUN_CODE_TIMEOUT_S = 240
 
 @tool(
     name="run_code",
-    description=DESCRIPTION,
+    # The native-office idioms are their own paragraph (tested against the real libraries).
+    description=f"{DESCRIPTION}\n\n{OFFICE_IDIOMS}",
     input_schema=INPUT_SCHEMA,
     timeout_s=RUN_CODE_TIMEOUT_S,
     **SANDBOX_TOOL,
@@ -37,11 +42,33 @@ async def run_code(ctx: ToolContext, **arguments: Any) -> dict[str, Any]:
         ctx.member, ctx.bundle.conversation_id, dict(arguments),
         callable_tools=bridge.read_tools if bridge is not None else {},
         call_context=bridge,
+        # Only the admission names files; nothing in the arguments can (R-456).
+        resources=_resource_grant(ctx),
     )
     payload: dict[str, Any] = result.to_payload()
     # Output files persist through the artifact store, even when the program failed.
     await persist_run_files(ctx, result.files, payload, failed=result.failed)
     return payload
+
+
+def _resource_grant(ctx: ToolContext) -> ResourceGrant | None:
+    """The turn's admitted files and a fetcher of their exact versions as the member may read
+    them now (owner, or bound to this exact room), for the sandbox to verify and project."""
+    admitted = ctx.services.get("resources")
+    artifacts = ctx.services.get("artifacts")
+    if not isinstance(admitted, AdmittedResources) or not admitted or artifacts is None:
+        return None
+    member, room = ctx.member, ctx.bundle.conversation_id
+
+    async def fetch(pinned: SharedResource) -> FetchedVersion:
+        try:
+            record = await artifacts.resolve(member, pinned.reference_id,
+                                             version=pinned.version, room=room)
+        except NotFound:
+            raise LookupError(pinned.reference_id) from None
+        return FetchedVersion(record.version, record.mime, record.content)
+
+    return ResourceGrant(admitted, fetch)
 
 
 @hookimpl
