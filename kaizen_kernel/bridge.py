@@ -13,7 +13,8 @@ Code in a kernel calls ``tools.call(name, {...})``; the prelude POSTs
    call (404 ``unknown_tool``, R-171) and anything but read tools (403 ``write_refused``,
    R-174);
 4. awaits the injected ``dispatch(lease, tool_name, arguments) -> dict``, which is where the
-   host repeats its snapshot, descriptor, guardrail and permission checks (R-173).
+   host repeats its snapshot, descriptor, guardrail and permission checks (R-173); a run
+   whose admitted snapshot no longer holds is refused with 409 ``run_authority_changed``.
 
 It deliberately does not subclass jupyter_server's ``JupyterHandler``: the kernel holds no
 server credential, only the lease secret, and cookie/XSRF auth does not apply.
@@ -30,7 +31,7 @@ import tornado.web
 
 from kaizen_kernel.leases import KernelLease, LeaseManager
 from kaizen_kernel.schema import TOOL_NAME
-from kaizen_server_extension.runtime.port import Capability
+from kaizen_server_extension.runtime.port import AuthorityRejected, Capability, RunCancelled
 from kaizen_server_extension.tools.types import MemberSafeError
 
 log = logging.getLogger(__name__)
@@ -161,6 +162,12 @@ class BridgeHandler(tornado.web.RequestHandler):
             result = await self.dispatch(lease, name, arguments)
         except MemberSafeError as exc:
             self._refuse(422, exc.code, str(exc)[:2000])
+            return
+        except (AuthorityRejected, RunCancelled):
+            # The run's admitted snapshot no longer holds (roster changed, run settled or
+            # stopped): an expected refusal of the backend's re-check, not a fault.
+            self._refuse(409, "run_authority_changed",
+                         "the run this call belongs to is no longer authorized to call tools")
             return
         except Exception:
             log.warning("bridge dispatch of %s raised", name, exc_info=True)

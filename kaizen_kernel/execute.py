@@ -180,6 +180,50 @@ async def collect(
     return cap
 
 
+# The last "Name: message" line a kernel printed for an uncaught exception (Node prints its
+# stack to stderr and sends no iopub ``error``), e.g. "RangeError: too far".
+_DIAGNOSTIC = re.compile(r"^\d+:\d+ - ")
+_STDERR_EXCEPTION = re.compile(r"^([A-Za-z_$][\w$.]*(?:Error|Exception)): ?(.*)$", re.MULTILINE)
+
+
+def was_aborted_unrun(cap: ExecutionCapture, reply: dict[str, Any] | None) -> bool:
+    """True when the kernel answered "aborted" without running anything (no output)."""
+    status = ((reply or {}).get("content", {}) or {}).get("status")
+    return (status in ("abort", "aborted") and cap.status == "ok" and not cap.stdout
+            and not cap.stderr and not cap.displays)
+
+
+def apply_reply_status(cap: ExecutionCapture, reply: dict[str, Any] | None) -> None:
+    """The shell reply is authoritative for success: a kernel may report a failed execution
+    only there (tslab sends no iopub ``error``), so an "ok" capture whose reply says error or
+    aborted becomes an error, named from the reply or else from the stderr it printed."""
+    if reply is None or cap.status != "ok":
+        return
+    content = reply.get("content", {}) or {}
+    status = content.get("status")
+    if status not in ("error", "aborted", "abort"):
+        return
+    name = str(content.get("ename") or "")
+    value = strip_ansi(str(content.get("evalue") or ""))
+    if not name:
+        found = list(_STDERR_EXCEPTION.finditer(strip_ansi(cap.stderr)))
+        if found:
+            name, value = found[-1].group(1), found[-1].group(2)
+        elif status != "error":
+            name, value = "ExecutionAborted", "the kernel aborted this execution"
+        else:
+            lines = strip_ansi(cap.stderr).strip().splitlines()
+            # tslab's type-check diagnostics read "LINE:COL - message".
+            name = "CompileError" if lines and _DIAGNOSTIC.match(lines[0]) else "Error"
+            value = lines[0] if name == "CompileError" else (lines[-1] if lines else "")
+    bounded_name, _ = bound_head(name, 200)
+    bounded_value, truncated = bound_head(value, MAX_ERROR_VALUE_CHARS)
+    tb, tb_truncated = bound_tail(strip_ansi(cap.stderr), MAX_TRACEBACK_CHARS)
+    cap.error = ErrorInfo(name=bounded_name, value=bounded_value, traceback=tb)
+    cap.error_truncated = truncated or tb_truncated
+    cap.status = "error"
+
+
 async def wait_reply(client: Any, msg_id: str, seconds: float) -> dict[str, Any] | None:
     """The shell reply to ``msg_id`` (older replies are discarded), or None on timeout."""
     deadline = time.monotonic() + seconds

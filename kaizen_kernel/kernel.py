@@ -8,6 +8,7 @@ the lease lock guarantees that.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import re
@@ -15,6 +16,7 @@ import secrets
 import shutil
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,16 +24,23 @@ from typing import Any
 import zmq
 from jupyter_client.manager import AsyncKernelManager
 
-from kaizen_kernel import execute
+from kaizen_kernel import execute, prelude_js, prelude_py
 from kaizen_kernel.limits import ProcessLimits
-from kaizen_kernel.prelude_py import MARKER_PREFIX, bind_source, install_source
+from kaizen_kernel.prelude_py import MARKER_PREFIX
 from kaizen_kernel.provisioner import SandboxProvisioner
+from kaizen_kernel.resources import prepare_directory
+from kaizen_kernel.resources import remove as remove_resources
 
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 60.0
 SETUP_TIMEOUT_S = 15.0
 INTERRUPT_GRACE_S = 2.0
+ABORT_RETRY_S = 0.25
+
+
+# The kernel-side prelude per run_code language: capped output streams and ``tools``.
+PRELUDES = {"python": prelude_py, "node": prelude_js}
 
 
 class KernelStartError(RuntimeError):
@@ -49,6 +58,8 @@ class KernelLaunchConfig:
     state_root: Path
     process_limits: ProcessLimits = field(default_factory=ProcessLimits)
     jail: str = "auto"  # auto | off | required
+    # Where each kernel's read-only shared-resources directory is made (default
+    # ``<state_root>/resources``); one directory per kernel, never inside a workspace.
     shared_dir: str | None = None
     env_allowlist: tuple[str, ...] | None = None
     extra_env: tuple[tuple[str, str], ...] = ()
@@ -63,6 +74,9 @@ class Binding:
     token: str | None
     available: tuple[str, ...]
     cap: int
+    # The call's projected files (kaizen_kernel/resources.py); both None when there are none.
+    resources_dir: str | None = None
+    resources_manifest: str | None = None
 
 
 class SandboxKernel:
@@ -74,6 +88,12 @@ class SandboxKernel:
         self.launch_workspace = workspace
         self.kernel_id = str(uuid.uuid4())
         self.home = config.state_root / "homes" / self.kernel_id
+        shared_root = Path(config.shared_dir) if config.shared_dir \
+            else config.state_root / "resources"
+        self.resources_dir = shared_root / self.kernel_id
+        # The digest of the files projected into ``resources_dir`` now (None: empty).
+        self.projected: str | None = None
+        self.projected_manifest: str | None = None
         self.nonce = secrets.token_hex(8)
         self.marker_re = re.compile(re.escape(MARKER_PREFIX) + r"\d+ bytes "
                                     + re.escape(self.nonce) + r"\]\n")
@@ -91,7 +111,7 @@ class SandboxKernel:
         kwargs: dict[str, Any] = {
             "workspace": str(self.launch_workspace) if self.launch_workspace else "",
             "home_dir": str(self.home),
-            "shared_dir": self.config.shared_dir or "",
+            "shared_dir": str(self.resources_dir),
             "extra_env": dict(self.config.extra_env),
             "process_limits": {k: getattr(self.config.process_limits, k)
                                for k in ProcessLimits.__dataclass_fields__},
@@ -110,6 +130,12 @@ class SandboxKernel:
         km.kernel_id = self.kernel_id
         self.km = km
         try:
+            prepare_directory(self.resources_dir)  # bound read-only into the jail at launch
+            # ipykernel rewrites its connection file at start (remove + create): it must live
+            # in a directory the jail binds writable, not in the host's /tmp, which the jail
+            # replaces.
+            self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+            km.connection_file = str(self.home / "connection.json")
             km.provisioner = self._provisioner(km)
             await km.start_kernel()
         except Exception as exc:
@@ -124,6 +150,14 @@ class SandboxKernel:
         self.start_seconds = self.started_at - t0
 
     async def _connect(self) -> None:
+        await self._open_client()
+        self.binding = None
+        prelude = PRELUDES.get(self.language)
+        if prelude is not None:
+            await self.run_silent(prelude.install_source(1024 * 1024, self.nonce))
+
+    async def _open_client(self) -> None:
+        """Channels to the kernel, ready (a gateway kernel opens a websocket instead)."""
         assert self.km is not None
         client = self.km.client()
         client.start_channels()
@@ -132,9 +166,6 @@ class SandboxKernel:
             await client.wait_for_ready(timeout=START_TIMEOUT_S)
         except Exception as exc:
             raise KernelStartError(f"kernel not ready: {type(exc).__name__}") from exc
-        self.binding = None
-        if self.language == "python":
-            await self.run_silent(install_source(1024 * 1024, self.nonce))
 
     async def is_alive(self) -> bool:
         return self.km is not None and not self.closed and bool(await self.km.is_alive())
@@ -150,6 +181,7 @@ class SandboxKernel:
             with contextlib.suppress(Exception):
                 await self.km.shutdown_kernel(now=True)
         shutil.rmtree(self.home, ignore_errors=True)
+        remove_resources(self.resources_dir)
 
     async def restart(self) -> None:
         """Kill and start the same kernel again (state lost), then reinstall the prelude."""
@@ -170,6 +202,16 @@ class SandboxKernel:
         assert self.km is not None
         await self.km.interrupt_kernel()
 
+    async def collect_targets(self, targets: Sequence[str], workspace: Path, *,
+                              max_file_bytes: int, max_total_bytes: int) -> dict[str, str]:
+        """Bring the declared files into the lease workspace before capture.
+
+        A local kernel wrote them there itself: nothing to do. A gateway kernel on another
+        host transfers them (see :mod:`kaizen_kernel.gateway_kernel`). Returns refusal
+        reasons known only to the kernel's side, by target name.
+        """
+        return {}
+
     # --- execution -------------------------------------------------------------------------
 
     async def run_silent(self, code: str, seconds: float = SETUP_TIMEOUT_S) -> None:
@@ -186,24 +228,35 @@ class SandboxKernel:
     async def bind(self, binding: Binding) -> None:
         if binding == self.binding:
             return
-        if self.language == "python":
-            await self.run_silent(bind_source(binding.workspace, binding.url, binding.token,
-                                              list(binding.available), binding.cap))
+        prelude = PRELUDES.get(self.language)
+        if prelude is not None:
+            await self.run_silent(prelude.bind_source(
+                binding.workspace, binding.url, binding.token, list(binding.available),
+                binding.cap, binding.resources_dir, binding.resources_manifest))
         self.binding = binding
 
     async def execute(self, code: str, *, wall_seconds: float,
                       output_bytes: int) -> execute.ExecutionCapture:
         if self.closed or self.client is None:
             raise KernelDied("kernel is closed")
-        msg_id = self.client.execute(code, silent=False, store_history=True,
-                                     allow_stdin=False)
-        capture = await execute.collect(
-            self.client, msg_id, wall_seconds=wall_seconds, output_bytes=output_bytes,
-            marker_re=self.marker_re, is_alive=self.is_alive)
-        if capture.status in ("ok", "error"):
-            await execute.wait_reply(self.client, msg_id, 1.0)
-        self._last_msg_id = msg_id
-        return capture
+        for attempt in range(2):
+            msg_id = self.client.execute(code, silent=False, store_history=True,
+                                         allow_stdin=False)
+            capture = await execute.collect(
+                self.client, msg_id, wall_seconds=wall_seconds, output_bytes=output_bytes,
+                marker_re=self.marker_re, is_alive=self.is_alive)
+            self._last_msg_id = msg_id
+            if capture.status not in ("ok", "error"):
+                return capture
+            reply = await execute.wait_reply(self.client, msg_id, 1.0)
+            if attempt == 0 and execute.was_aborted_unrun(capture, reply):
+                # The kernel refused it unrun, still settling the previous request's error
+                # (tslab aborts what arrives within 200 ms of one): send it once more.
+                await asyncio.sleep(ABORT_RETRY_S)
+                continue
+            execute.apply_reply_status(capture, reply)
+            return capture
+        raise AssertionError("unreachable")
 
     async def settle_timeout(self, grace: float = INTERRUPT_GRACE_S) -> bool:
         """After a wall-time overrun: interrupt; True when the kernel came back idle."""

@@ -13,9 +13,10 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
+import logging
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,8 @@ from kaizen_server_extension.runtime.port import Capability
 
 if TYPE_CHECKING:
     from kaizen_kernel.kernel import SandboxKernel
+
+log = logging.getLogger(__name__)
 
 DEFAULT_IDLE_TIMEOUT_S = 15 * 60.0
 
@@ -68,6 +71,9 @@ class KernelLease:
         self.active: ActiveCall | None = None
         self.released = False
         self.last_used = time.monotonic()
+        # Persistent state lost outside any call (language -> reason: a console shut the
+        # kernel down or restarted it, or it died idle); the next persistent call says so.
+        self.lost_state: dict[str, str] = {}
 
     @property
     def actor(self) -> str:
@@ -92,6 +98,20 @@ class LeaseManager:
         self.idle_timeout_s = idle_timeout_s
         self._leases: dict[LeaseKey, KernelLease] = {}
         self._by_token: dict[str, KernelLease] = {}
+        # Told, synchronously, whenever a kernel leaves its lease for good or is about to be
+        # restarted (console attachments are withdrawn here, kaizen_kernel/console.py).
+        self.kernel_listeners: list[Callable[[SandboxKernel], None]] = []
+        # Use of a lease's kernels outside run_code (a console executing code), as a
+        # time.monotonic() value or None: it keeps the lease from idling out.
+        self.activity_probes: list[Callable[[KernelLease], float | None]] = []
+
+    def kernel_gone(self, kernel: SandboxKernel) -> None:
+        """A lease's kernel is being discarded or restarted: its state does not go on."""
+        for listener in list(self.kernel_listeners):
+            try:
+                listener(kernel)
+            except Exception:
+                log.warning("a kernel listener failed", exc_info=True)
 
     def workspace_for(self, key: LeaseKey) -> Path:
         """The private workspace of (actor, conversation); names are hashed, never joined."""
@@ -135,7 +155,20 @@ class LeaseManager:
             return True
         if lease.active is not None or lease.lock.locked():
             return False
-        return ((now or time.monotonic()) - lease.last_used) > self.idle_timeout_s
+        return ((now or time.monotonic()) - self.last_activity(lease)) > self.idle_timeout_s
+
+    def last_activity(self, lease: KernelLease) -> float:
+        """The lease's last use: its last call, or later use reported by a probe."""
+        latest = lease.last_used
+        for probe in self.activity_probes:
+            try:
+                seen = probe(lease)
+            except Exception:
+                log.warning("a lease activity probe failed", exc_info=True)
+                continue
+            if seen is not None and seen > latest:
+                latest = seen
+        return latest
 
     async def release(self, actor: str, conversation_id: str) -> bool:
         """Drop the lease: token revoked, kernels (persistent included) shut down.
@@ -158,6 +191,8 @@ class LeaseManager:
         if lease.current is not None and lease.current not in kernels:
             kernels.append(lease.current)
         lease.persistent.clear()
+        for kernel in kernels:
+            self.kernel_gone(kernel)
         for kernel in kernels:
             with contextlib.suppress(Exception):
                 await kernel.shutdown()

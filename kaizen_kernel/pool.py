@@ -28,8 +28,11 @@ from kaizen_kernel.provisioner import find_bwrap
 log = logging.getLogger(__name__)
 
 # Kernelspec languages that serve each run_code language.
-_SPEC_LANGUAGES = {"python": ("python",), "node": ("javascript", "typescript")}
-_PREFERRED_SPECS = {"python": ("python3",), "node": ("javascript", "tslab", "jslab")}
+# "node" is JavaScript: a TypeScript kernel would type-check the model's JavaScript (and the
+# prelude) as TypeScript and refuse plain code. kaizen-javascript: kaizen_kernel.node_kernel.
+_SPEC_LANGUAGES = {"python": ("python",), "node": ("javascript",)}
+_PREFERRED_SPECS = {"python": ("python3",),
+                    "node": ("kaizen-javascript", "javascript", "jslab")}
 
 
 class LanguageUnavailable(LookupError):

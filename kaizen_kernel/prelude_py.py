@@ -148,12 +148,23 @@ def install(cap: int, nonce: str) -> None:
     ip.user_ns_hidden["tools"] = ip.user_ns["tools"]
 
 
+_RESOURCE_ENV = ("KAIZEN_SHARED_RESOURCES_DIR", "KAIZEN_SHARED_RESOURCES_MANIFEST")
+
+
 def bind(workspace: str | None, url: str | None, token: str | None,
-         available: list[str], cap: int) -> None:
-    """Per lease (and whenever the server's view changes): workspace, bridge, budget."""
+         available: list[str], cap: int, resources_dir: str | None = None,
+         resources_manifest: str | None = None) -> None:
+    """Per lease (and whenever the server's view changes): workspace, bridge, budget, and the
+    call's shared resources, whose two variables exist only while there are files."""
     if workspace:
         os.chdir(workspace)
         os.environ["KAIZEN_WORKSPACE"] = workspace
+    if resources_dir and resources_manifest:
+        os.environ[_RESOURCE_ENV[0]] = resources_dir
+        os.environ[_RESOURCE_ENV[1]] = resources_manifest
+    else:
+        for name in _RESOURCE_ENV:
+            os.environ.pop(name, None)
     _state["url"] = url
     _state["token"] = token
     _state["available"] = tuple(available)
@@ -177,6 +188,8 @@ def install_source(cap: int, nonce: str) -> str:
 
 
 def bind_source(workspace: str | None, url: str | None, token: str | None,
-                available: list[str], cap: int) -> str:
-    args = json.dumps([workspace, url, token, list(available), int(cap)])
+                available: list[str], cap: int, resources_dir: str | None = None,
+                resources_manifest: str | None = None) -> str:
+    args = json.dumps([workspace, url, token, list(available), int(cap), resources_dir,
+                       resources_manifest])
     return f"__import__('_kaizen_sandbox').bind(*__import__('json').loads({args!r}))\n"

@@ -122,6 +122,9 @@ def bwrap_argv(
         "--unshare-user-try", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
         "--unshare-cgroup-try",
         "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+        # In the PID namespace the kernel's parent is bwrap's init (pid 1), which ipykernel's
+        # parent poller reads as "the parent exited"; --die-with-parent covers that job.
+        "--unsetenv", "JPY_PARENT_PID",
     ]
     for path in _JAIL_SYSTEM_RO:
         argv += ["--ro-bind-try", path, path]
@@ -212,7 +215,8 @@ class SandboxProvisioner(LocalProvisioner):
         self.jailed = bwrap is not None
         if bwrap is not None:
             ro = python_ro_paths()
-            if connection_file:
+            # A connection file inside the (writable) kernel home is visible already.
+            if connection_file and not Path(connection_file).resolve().is_relative_to(home):
                 ro.append(os.path.realpath(connection_file))
             inner = bwrap_argv(inner, bwrap=bwrap, workspace=workspace, home=home,
                                shared_dir=shared, ro_paths=ro, chdir=cwd)

@@ -29,10 +29,12 @@ DESCRIPTION = (
     "(and its variables) for this conversation until it idles out. The working directory is "
     "this conversation's private workspace; files you want to deliver must be written there "
     "and listed in artifact_targets (relative names; [] when the call only computes). The "
-    "turn's authorized files, if any, are listed in the JSON manifest named by the "
-    "KAIZEN_SHARED_RESOURCES_MANIFEST environment variable (read-only directory "
-    "KAIZEN_SHARED_RESOURCES_DIR); both are absent when there are none. In Python, "
-    "tools.available lists read-only tools you may call with tools.call(name, {...}). "
+    "turn's authorized files may already be on disk: the environment variable "
+    "KAIZEN_SHARED_RESOURCES_MANIFEST is a JSON array whose entries give each read-only "
+    "copy's path (in KAIZEN_SHARED_RESOURCES_DIR) with its filename, media_type, size and "
+    "sha256; open that path, never a guessed name. Both are absent when there are none. "
+    "tools.available lists the read-only tools you may call back: tools.call(name, {...}) "
+    "in Python, await tools.call(name, {...}) in Node. "
     "Output is capped; a run that exceeds its time limit is interrupted."
 )
 
@@ -43,8 +45,10 @@ INPUT_SCHEMA: dict[str, Any] = {
             "type": "string",
             "minLength": 1,
             "maxLength": MAX_CODE_CHARS,
-            "description": "The program to run. Authorized input files may already be on "
-                           "disk: see KAIZEN_SHARED_RESOURCES_MANIFEST.",
+            "description": "The program to run. The turn's authorized files may already be "
+                           "on disk: read the paths listed in the JSON array of "
+                           "os.environ['KAIZEN_SHARED_RESOURCES_MANIFEST'] (absent when "
+                           "there are none).",
         },
         "language": {"type": "string", "enum": list(LANGUAGES), "default": "python"},
         "persistent": {

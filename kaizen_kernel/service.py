@@ -24,11 +24,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kaizen_kernel import files as files_mod
+from kaizen_kernel import resources as resources_mod
 from kaizen_kernel.execute import DisplayItem, ExecutionCapture
+from kaizen_kernel.gateway import GatewaySettings
 from kaizen_kernel.kernel import Binding, KernelLaunchConfig, KernelStartError, SandboxKernel
 from kaizen_kernel.leases import ActiveCall, KernelLease, LeaseManager
 from kaizen_kernel.limits import ExecutionBudget, ProcessLimits
 from kaizen_kernel.pool import KernelPool, LanguageUnavailable
+from kaizen_kernel.resources import ResourceGrant, VerifiedResources
 from kaizen_kernel.schema import (
     LANGUAGES,
     TOOL_NAME,
@@ -69,6 +72,10 @@ class RunCodeResult:
     error_truncated: bool = False
     kernel_restarted: bool = False
     state_lost: bool = False
+    # The call's projected files, bounded: ids, versions, digests, sizes (R-457, never bytes).
+    resources: list[dict[str, Any]] = field(default_factory=list)
+    # Gateway transfer mode: kernel-side reasons for targets not handed over (by name).
+    transfer_refusals: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def failed(self) -> bool:
@@ -101,6 +108,8 @@ class RunCodeResult:
         }
         if self.refused_files:
             body["refused_files"] = [r.describe() for r in self.refused_files]
+        if self.resources:
+            body["resources"] = self.resources
         if self.message:
             body["message"] = self.message
         if self.error_name is not None:
@@ -131,6 +140,8 @@ class RunCodeConfig:
     max_file_bytes: int = files_mod.DEFAULT_MAX_FILE_BYTES
     max_total_file_bytes: int = files_mod.DEFAULT_MAX_TOTAL_BYTES
     bridge_url: str | None = None
+    # Set when the Jupyter server runs with a gateway (--gateway-url): kernels start there.
+    gateway: GatewaySettings | None = None
     # Kernelspec per language; default: discovered (python3; a javascript-language spec).
     kernel_names: Mapping[str, str] | None = None
 
@@ -147,8 +158,15 @@ class RunCodeService:
             shared_dir=config.shared_dir,
             env_allowlist=config.env_allowlist,
         )
-        self.pool = KernelPool(launch, sizes=config.pool_sizes,
-                               kernel_names=config.kernel_names)
+        self.pool: KernelPool
+        if config.gateway is not None:
+            from kaizen_kernel.gateway_kernel import GatewayKernelPool
+
+            self.pool = GatewayKernelPool(launch, config.gateway, sizes=config.pool_sizes,
+                                          kernel_names=config.kernel_names)
+        else:
+            self.pool = KernelPool(launch, sizes=config.pool_sizes,
+                                   kernel_names=config.kernel_names)
         self.leases = LeaseManager(config.state_root / "workspaces",
                                    idle_timeout_s=config.idle_timeout_s)
         self._reaper: asyncio.Task[None] | None = None
@@ -209,6 +227,7 @@ class RunCodeService:
         callable_tools: Mapping[str, Capability] | None = None,
         call_context: Any = None,
         call_id: str | None = None,
+        resources: ResourceGrant | None = None,
     ) -> RunCodeResult:
         t0 = time.monotonic()
         if language not in LANGUAGES:
@@ -230,6 +249,18 @@ class RunCodeService:
                 status="error", outcome=ToolOutcome.ERROR, failure_domain=FailureDomain.CALLER,
                 language=language, persistent=persistent, code="language_unavailable",
                 message=str(LanguageUnavailable(language))))
+        # The admitted files, proven before anything is dispatched (R-455).
+        verified: VerifiedResources | None = None
+        if resources is not None and resources.admitted:
+            try:
+                verified = await resources_mod.verify(resources)
+            except resources_mod.ResourcesRefused as refusal:
+                return finish(RunCodeResult(
+                    status="error", outcome=ToolOutcome.ERROR,
+                    failure_domain=FailureDomain.TOOL, language=language,
+                    persistent=persistent, code=refusal.code,
+                    message=f"{refusal.message}; nothing was run",
+                    resources=[r.audit() for r in resources.admitted.resources]))
 
         lease = self.leases.acquire(actor, conversation_id)
         async with lease.lock:
@@ -237,7 +268,8 @@ class RunCodeService:
                 lease = self.leases.acquire(actor, conversation_id)
             result = await self._run_locked(lease, code, language, persistent, budget,
                                             callable_tools or {}, call_context,
-                                            call_id or uuid.uuid4().hex)
+                                            call_id or uuid.uuid4().hex, verified,
+                                            targets=targets)
         lease.touch()
         try:
             captured, refused = await asyncio.to_thread(
@@ -248,7 +280,12 @@ class RunCodeService:
             captured, refused = [], [files_mod.RefusedFile(name=t, reason="unreadable")
                                      for t in targets]
         result.files = captured
-        result.refused_files = refused
+        # A gateway kernel's own reason for a file it did not hand over beats "missing".
+        result.refused_files = [
+            files_mod.RefusedFile(name=r.name, reason=result.transfer_refusals.get(r.name,
+                                                                                 r.reason))
+            for r in refused]
+        result.resources = verified.audit() if verified is not None else []
         return finish(result)
 
     async def _kernel_for(self, lease: KernelLease, language: str,
@@ -258,7 +295,10 @@ class RunCodeService:
             if kernel is not None and await kernel.is_alive():
                 return kernel
             if kernel is not None:
+                # Died between calls: its state is gone, and the next result says so.
                 lease.persistent.pop(language, None)
+                lease.lost_state.setdefault(language, "kernel_died")
+                self.leases.kernel_gone(kernel)
                 await kernel.shutdown()
             kernel = await self.pool.acquire(language, lease.workspace)
             lease.persistent[language] = kernel
@@ -268,7 +308,9 @@ class RunCodeService:
     async def _run_locked(self, lease: KernelLease, code: str, language: str,
                           persistent: bool, budget: ExecutionBudget,
                           callable_tools: Mapping[str, Capability], call_context: Any,
-                          call_id: str) -> RunCodeResult:
+                          call_id: str,
+                          verified: VerifiedResources | None = None, *,
+                          targets: Sequence[str] = ()) -> RunCodeResult:
         base: dict[str, Any] = {"language": language, "persistent": persistent}
         try:
             kernel = await self._kernel_for(lease, language, persistent)
@@ -276,11 +318,16 @@ class RunCodeService:
             return RunCodeResult(status="error", outcome=ToolOutcome.ERROR,
                                  failure_domain=FailureDomain.CALLER,
                                  code="language_unavailable", message=str(exc), **base)
-        except Exception:
+        except Exception as exc:
             log.warning("run_code kernel start failed", exc_info=True)
+            # KernelStartError messages are ours and name no host, path or secret.
+            why = f": {exc}" if isinstance(exc, KernelStartError) else ""
             return RunCodeResult(status="error", outcome=ToolOutcome.ERROR,
                                  failure_domain=FailureDomain.TOOL, code="kernel_unavailable",
-                                 message="the sandbox kernel could not be started", **base)
+                                 message=f"the sandbox kernel could not be started{why}",
+                                 **base)
+        # State lost outside any call (a console shut the kernel down, ...): reported once.
+        lost = lease.lost_state.pop(language, None) if persistent else None
         readable = sorted(name for name, cap in callable_tools.items()
                           if cap == Capability.READ and name != TOOL_NAME)
         lease.current = kernel
@@ -288,19 +335,28 @@ class RunCodeService:
                                   context=call_context)
         keep = persistent
         try:
+            resources_dir, manifest = await self._project(kernel, verified)
             await kernel.bind(Binding(
                 workspace=str(lease.workspace), url=self.bridge_url if readable else None,
                 token=lease.token if readable else None, available=tuple(readable),
-                cap=budget.output_bytes))
+                cap=budget.output_bytes, resources_dir=resources_dir,
+                resources_manifest=manifest))
             capture = await kernel.execute(code, wall_seconds=budget.wall_seconds,
                                            output_bytes=budget.output_bytes)
             lease.active = None  # callbacks end with the program
             result = self._from_capture(capture, base)
+            if lost is not None:
+                _note_state_lost(result, lost)
             if capture.status == "timeout":
                 result = await self._after_timeout(kernel, persistent, result)
                 keep = persistent and result.failure_domain != FailureDomain.TOOL
             elif capture.status == "died":
                 keep = False
+            if targets and result.status in ("ok", "error", "timeout"):
+                # A gateway kernel on another host hands its declared files over now.
+                result.transfer_refusals = await kernel.collect_targets(
+                    targets, lease.workspace, max_file_bytes=self.config.max_file_bytes,
+                    max_total_bytes=self.config.max_total_file_bytes)
             if lease.released:
                 keep = False
                 result.status, result.outcome = "error", ToolOutcome.ERROR
@@ -324,7 +380,30 @@ class RunCodeService:
             if not keep:
                 if lease.persistent.get(language) is kernel:
                     lease.persistent.pop(language, None)
+                self.leases.kernel_gone(kernel)
                 self.pool.discard(kernel)
+
+    @staticmethod
+    async def _project(kernel: SandboxKernel,
+                       verified: VerifiedResources | None) -> tuple[str | None, str | None]:
+        """Write the verified files into the kernel's read-only directory once (a persistent
+        kernel keeps them while they stay the same) and return (directory, manifest); an
+        empty directory and (None, None) when the call has none."""
+        directory: Path | None = getattr(kernel, "resources_dir", None)
+        if verified is None or not verified.files:
+            if directory is not None and kernel.projected is not None:
+                await asyncio.to_thread(resources_mod.clear, directory)
+                kernel.projected = None
+                kernel.projected_manifest = None
+            return None, None
+        if directory is None:
+            raise KernelStartError("this kernel cannot receive shared files")
+        if kernel.projected != verified.digest:
+            kernel.projected = None
+            kernel.projected_manifest = await asyncio.to_thread(
+                resources_mod.project, directory, verified)
+            kernel.projected = verified.digest
+        return str(directory), kernel.projected_manifest
 
     async def _after_timeout(self, kernel: SandboxKernel, persistent: bool,
                              result: RunCodeResult) -> RunCodeResult:
@@ -338,6 +417,7 @@ class RunCodeService:
                           + ("was restarted" if persistent else "was stopped")
                           + " and its state is lost")
         if persistent:
+            self.leases.kernel_gone(kernel)  # a console attached to the old state goes
             try:
                 await kernel.restart()
             except Exception:
@@ -375,3 +455,20 @@ class RunCodeService:
                              failure_domain=FailureDomain.TOOL, code="kernel_died",
                              message="the sandbox kernel died during the call",
                              kernel_restarted=False, state_lost=True, **common)
+
+
+# Why a persistent call found its earlier state gone, in words the model can act on.
+_STATE_LOST_NOTES = {
+    "console_shutdown": "the persistent kernel was shut down from a console after the last "
+                        "call, so this call ran in a fresh kernel: earlier variables are gone",
+    "console_restart": "the persistent kernel was restarted from a console after the last "
+                       "call: earlier variables are gone",
+    "kernel_died": "the persistent kernel had stopped after the last call, so this call ran "
+                   "in a fresh kernel: earlier variables are gone",
+}
+
+
+def _note_state_lost(result: RunCodeResult, reason: str) -> None:
+    result.state_lost = True
+    note = _STATE_LOST_NOTES.get(reason, "the persistent kernel's earlier state is gone")
+    result.message = f"{result.message}; {note}" if result.message else note

@@ -7,9 +7,10 @@ conversation, expired history or colliding content cannot widen a write.
 Per namespace: up to ``max_versions`` (4) full-text versions per path, most recent first, with
 the set of 1-based line numbers a read actually displayed; up to ``max_paths`` paths (LRU) and
 ``max_chars`` retained characters; and the named registers. Namespaces are LRU-bounded too.
-This in-memory :class:`WorkspaceState` is the default; a host may provide any object with the
-same methods as ``ctx.services["workspace_state"]`` (e.g. one backed by the database so state
-survives a replica change).
+This in-memory :class:`WorkspaceState` is what the engine works on. The server keeps it in the
+database between calls (``kaizen_server_extension/store/hashline_state.py``: loaded before a
+call, changes saved after it), so state survives a lease release or a replica change; a host
+without that service falls back to one process-wide instance.
 """
 
 from __future__ import annotations
@@ -118,6 +119,12 @@ class WorkspaceState:
                 break
             for version in space.paths.pop(oldest):
                 space.chars -= len(version.text)
+
+    def paths(self, key: WorkspaceKey) -> list[str]:
+        """The namespace's paths, least recently used first (what a durable copy keeps)."""
+        with self._lock:
+            space = self._spaces.get(key)
+            return list(space.paths) if space else []
 
     def versions(self, key: WorkspaceKey, path: str) -> list[Version]:
         with self._lock:
