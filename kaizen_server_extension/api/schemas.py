@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from kaizen_server_extension.lanes.inbox import RESOURCE_ID
+from kaizen_server_extension.resources import MAX_ATTACHMENTS
 
 MemberName = Annotated[str, StringConstraints(min_length=1, max_length=200,
                                               pattern=r"^[^\s/][^/]*$")]
@@ -33,6 +36,22 @@ class PostMessage(BaseModel):
     idempotency_key: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = (
         None
     )
+    # Artifact ids the sender may read (owner, or bound to exactly this room); each is pinned
+    # to its latest completed version and projected read-only for run_code. At most 8.
+    attachments: Annotated[
+        list[Annotated[str, StringConstraints(min_length=1, max_length=64)]],
+        Field(max_length=MAX_ATTACHMENTS,
+              description="Artifact ids the sender may read (own, or bound to this exact "
+                          "room). Each is pinned to its latest completed version and "
+                          "projected read-only for run_code (KAIZEN_SHARED_RESOURCES_DIR)."),
+    ] = []
+
+    @field_validator("attachments")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("attachments must not repeat an artifact")
+        return value
 
 
 class MemberSettings(BaseModel):
@@ -46,6 +65,21 @@ class ApprovalDecision(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     decision: Literal["approve", "deny"]
+
+
+#: An exact resource id as the completion inbox issues them (``lanes.inbox.RESOURCE_ID``).
+ExactResourceId = Annotated[str, StringConstraints(pattern=rf"^{RESOURCE_ID.pattern}$")]
+
+
+class OpenDestination(BaseModel):
+    """The destination the client has open: a kind and exact resource ids, nothing else (no
+    URL, no prefix or pattern). Only notices of exactly this destination are acknowledged."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["chat", "prompt", "task_run"]
+    resource_id: ExactResourceId
+    run_id: ExactResourceId | None = None
 
 
 class ErrorDetail(BaseModel):

@@ -4,15 +4,17 @@ Both tools act only inside the lease workspace of ``ctx.member`` + ``ctx.bundle.
 (``ctx.services["run_code"].workspace(...)``, the directory run_code's kernels use, R-153) and
 are write-tier (R-169): a four-hex tag is never authority, it only indexes trusted state.
 
-Trusted state (snapshots, seen lines, named registers) is ``ctx.services["workspace_state"]``
-when the host provides one (any object with :class:`WorkspaceState`'s methods, e.g. backed by
-the database), else the module-level :data:`DEFAULT_STATE`, an in-memory store that outlives
-kernel leases but not the server process. Neither lives in the workspace (R-083).
+Trusted state (snapshots, seen lines, named registers) lives in the database when the host
+provides ``ctx.services["workspace_store"]`` (the server does: it survives a lease release and
+a replica change, R-159); otherwise ``ctx.services["workspace_state"]`` or the module-level
+:data:`DEFAULT_STATE`, in memory. None of them lives in the workspace (R-083).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +97,18 @@ def workspace_state(ctx: ToolContext) -> WorkspaceState:
     return state if state is not None else DEFAULT_STATE
 
 
+@asynccontextmanager
+async def _trusted_state(ctx: ToolContext, key: WorkspaceKey) -> AsyncIterator[WorkspaceState]:
+    """The namespace's state for one call: from the database when the host keeps it there
+    (``ctx.services["workspace_store"]``, R-159), else the in-process state."""
+    stored = ctx.services.get("workspace_store")
+    if stored is None:
+        yield workspace_state(ctx)
+        return
+    async with stored.session(key) as state:
+        yield state
+
+
 def _workspace(ctx: ToolContext) -> tuple[WorkspaceFS, WorkspaceKey]:
     service = ctx.services.get("run_code")
     if service is None:
@@ -115,9 +129,10 @@ def _workspace(ctx: ToolContext) -> tuple[WorkspaceFS, WorkspaceKey]:
 )
 async def read_workspace(ctx: ToolContext, **arguments: Any) -> dict[str, Any]:
     fs, key = _workspace(ctx)
-    result = await asyncio.to_thread(
-        read_file, fs, workspace_state(ctx), key, arguments["path"],
-        int(arguments.get("start", 1)), int(arguments.get("limit", MAX_READ_LINES)))
+    async with _trusted_state(ctx, key) as state:
+        result = await asyncio.to_thread(
+            read_file, fs, state, key, arguments["path"],
+            int(arguments.get("start", 1)), int(arguments.get("limit", MAX_READ_LINES)))
     return result.to_payload()
 
 
@@ -131,8 +146,8 @@ async def read_workspace(ctx: ToolContext, **arguments: Any) -> dict[str, Any]:
 )
 async def edit_workspace(ctx: ToolContext, **arguments: Any) -> dict[str, Any]:
     fs, key = _workspace(ctx)
-    result = await asyncio.to_thread(edit_files, fs, workspace_state(ctx), key,
-                                     arguments["edits"])
+    async with _trusted_state(ctx, key) as state:
+        result = await asyncio.to_thread(edit_files, fs, state, key, arguments["edits"])
     return result.to_payload()
 
 
