@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,7 +76,8 @@ def server_env(root: Path, database_url: str, schema: str | None,
 
 def start_server(root: Path, database_url: str, schema: str | None = None, *,
                  extra_env: Mapping[str, str] | None = None,
-                 wait: bool = True) -> ServerProcess:
+                 wait: bool = True,
+                 extra_args: Sequence[str] = ()) -> ServerProcess:
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
     log_path = root / f"server-{port}.log"
@@ -89,6 +90,7 @@ def start_server(root: Path, database_url: str, schema: str | None = None, *,
         "--ServerApp.identity_provider_class="
         "kaizen_server_extension.identity.KaizenTokenIdentityProvider",
         "--ServerApp.jpserver_extensions={'kaizen_server_extension': True}",
+        *extra_args,  # e.g. --gateway-url=... (tests/kernel/test_gateway.py)
     ]
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT,
