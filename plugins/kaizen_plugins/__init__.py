@@ -1,6 +1,6 @@
-"""Kaizen's first-party tool families. Each module is a pluggy plugin registering through the
-same ``kaizen_register_tools`` hook a third-party package uses; every tool here must also be
-named in ``kaizen_server_extension.tools.manifest.BUILTIN_TOOLS``."""
+"""Kaizen's first-party plugins: tool families and the built-in model providers. Each module is
+a pluggy plugin registering through the same hooks a third-party package uses; every tool here
+must also be named in ``kaizen_server_extension.tools.manifest.BUILTIN_TOOLS``."""
 
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "kaizen_plugins.roster",
@@ -11,4 +11,6 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "kaizen_plugins.library",
     "kaizen_plugins.workspace",
     "kaizen_plugins.agents",
+    # The built-in model providers (openai-compatible, local), through the provider hook.
+    "kaizen_plugins.providers",
 )
