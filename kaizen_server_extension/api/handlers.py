@@ -8,11 +8,14 @@ from typing import Any
 from tornado import web
 
 from kaizen_server_extension.api import schemas
+from kaizen_server_extension.api.admin import admin_routes
 from kaizen_server_extension.api.artifacts import artifact_routes
 from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.api.kernel_console import kernel_console_routes
 from kaizen_server_extension.api.notifications import (
     AttendedEventsHandler,
     NotificationAckHandler,
+    NotificationDestinationAckHandler,
     NotificationsHandler,
 )
 from kaizen_server_extension.api.openapi import openapi_document
@@ -93,7 +96,7 @@ class MessagesHandler(KaizenHandler):
                            code="message_too_large")
         accepted = await self.kaizen.store.inputs.accept(
             conversation_id, self.member, body.text, kind=body.kind,
-            idempotency_key=body.idempotency_key,
+            idempotency_key=body.idempotency_key, attachments=tuple(body.attachments),
         )
         # The request's whole job ends here: the lane runs the turn detached.
         self.kaizen.lanes.wake(conversation_id)
@@ -245,9 +248,14 @@ def routes() -> list[tuple[str, type[web.RequestHandler]]]:
         (rf"{PREFIX}/approvals", ApprovalsHandler),
         (rf"{PREFIX}/approvals/({ID})", ApprovalHandler),
         (rf"{PREFIX}/notifications", NotificationsHandler),
+        (rf"{PREFIX}/notifications/ack", NotificationDestinationAckHandler),
         (rf"{PREFIX}/notifications/({ID})/ack", NotificationAckHandler),
         (rf"{PREFIX}/tools", ToolsHandler),
         (rf"{PREFIX}/members/me", MeHandler),
         (rf"{PREFIX}/members/me/settings", MemberSettingsHandler),
         *artifact_routes(PREFIX),
+        # The caller's own persistent run_code kernel, and opening it as a console.
+        *kernel_console_routes(PREFIX, ID),
+        # Admin only (404 to everyone else): the tool policies read on every tool call.
+        *admin_routes(PREFIX),
     ]

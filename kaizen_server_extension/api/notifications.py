@@ -2,6 +2,8 @@
 
 ``GET kaizen/api/notifications?unread=1`` lists the member's own notices (newest first);
 ``POST kaizen/api/notifications/{id}/ack`` marks one read. Another member's notice is a 404.
+``POST kaizen/api/notifications/ack`` with ``{kind, resource_id, run_id?}`` marks read the
+member's notices of exactly the destination the client has open, and no other (R-033).
 Notices are written only by trusted producers (``lanes.inbox``): there is no way to create
 one, or to give one a destination, over REST.
 """
@@ -14,6 +16,7 @@ from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler
 from kaizen_server_extension.api.events import ConversationEventsHandler
+from kaizen_server_extension.api.schemas import OpenDestination
 from kaizen_server_extension.app import KaizenContext
 from kaizen_server_extension.errors import BadRequest
 from kaizen_server_extension.lanes.inbox import CompletionInbox, PresenceRegistry
@@ -45,6 +48,16 @@ class NotificationAckHandler(KaizenHandler):
     async def post(self, notification_id: str) -> None:
         record = await _inbox(self.kaizen).repository.ack(notification_id, self.member)
         self.write_json(record.public())
+
+
+class NotificationDestinationAckHandler(KaizenHandler):
+    @web.authenticated
+    async def post(self) -> None:
+        opened = self.parse_body(OpenDestination, limit=4096)
+        records = await _inbox(self.kaizen).repository.ack_destination(
+            self.member, kind=opened.kind, resource_id=opened.resource_id,
+            run_id=opened.run_id)
+        self.write_json({"acknowledged": [r.public() for r in records]})
 
 
 class AttendedEventsHandler(ConversationEventsHandler):

@@ -75,7 +75,7 @@ def openapi_document() -> dict[str, Any]:
     conv_id, run_id = _path_param("conversation_id"), _path_param("run_id")
     components = _model_schemas(schemas.CreateConversation, schemas.AddParticipant,
                                 schemas.PostMessage, schemas.MemberSettings,
-                                schemas.ApprovalDecision)
+                                schemas.ApprovalDecision, schemas.OpenDestination)
     components.update({
         "Error": {"type": "object", "required": ["error"], "properties": {"error": {
             "type": "object", "required": ["code", "message"],
@@ -224,7 +224,9 @@ def openapi_document() -> dict[str, Any]:
             params=[conv_id, _path_param("member")], op_id="removeParticipant")},
         "/kaizen/api/conversations/{conversation_id}/messages": {"post": _op(
             "Accept a message into the room's queue; the same idempotency key answers the "
-            "same acceptance and writes nothing",
+            "same acceptance and writes nothing. Optional attachments (artifact ids the "
+            "sender may read) are pinned to exact versions; an unreadable one is 404 and "
+            "nothing is stored",
             {**_ok("Accepted", _ref("Accepted"), "202"), **_errors(400, 404, 409, 413, 422)},
             body="PostMessage", params=[conv_id], op_id="postMessage")},
         "/kaizen/api/conversations/{conversation_id}/journal": {"get": _op(
@@ -273,6 +275,12 @@ def openapi_document() -> dict[str, Any]:
                      "description": "1: only notices not yet acknowledged",
                      "schema": {"enum": ["0", "1", "true", "false"]}}],
             op_id="listNotifications")},
+        "/kaizen/api/notifications/ack": {"post": _op(
+            "Acknowledge the member's unread notices of exactly the destination the client "
+            "has open (kind and exact resource ids; the run too when given), and no other",
+            {**_ok("Acknowledged", {"type": "object", "properties": {"acknowledged": {
+                "type": "array", "items": _ref("Notification")}}}), **_errors(400, 422)},
+            body="OpenDestination", op_id="ackOpenDestination")},
         "/kaizen/api/notifications/{notification_id}/ack": {"post": _op(
             "Acknowledge one of the member's notices (idempotent)",
             {**_ok("Acknowledged", _ref("Notification")), **_errors(404)},
@@ -300,6 +308,16 @@ def openapi_document() -> dict[str, Any]:
     artifact_paths, artifact_components = artifact_openapi()
     paths.update(artifact_paths)
     components.update(artifact_components)
+    from kaizen_server_extension.api.kernel_console import kernel_console_openapi
+
+    kernel_paths, kernel_components = kernel_console_openapi()
+    paths.update(kernel_paths)
+    components.update(kernel_components)
+    from kaizen_server_extension.api.admin import admin_openapi
+
+    admin_paths, admin_components = admin_openapi()
+    paths.update(admin_paths)
+    components.update(admin_components)
     return {
         "openapi": "3.1.0",
         "info": {"title": "Kaizen for Jupyter", "version": __version__,

@@ -113,3 +113,20 @@ class NotificationRepository:
             if row is None:
                 raise NotFound("No such notification.", code="notification_not_found")
             return _record(row)
+
+    async def ack_destination(self, member: str, *, kind: str, resource_id: str,
+                              run_id: str | None = None) -> list[NotificationRecord]:
+        """Mark read the member's unread notices of exactly this destination (kind and
+        resource id compared for equality, the run too when given) and return them: a
+        client acknowledges only the destination it actually has open (R-033)."""
+        conditions = [m.Notification.member == member, m.Notification.kind == kind,
+                      m.Notification.resource_id == resource_id,
+                      m.Notification.acked_at.is_(None)]
+        if run_id is not None:
+            conditions.append(m.Notification.run_id == run_id)
+        async with self.store.transaction() as tx:
+            rows = (await tx.session.execute(
+                update(m.Notification).where(*conditions).values(acked_at=utcnow())
+                .returning(m.Notification)
+            )).scalars().all()
+            return sorted((_record(r) for r in rows), key=lambda r: (r.created_at, r.id))

@@ -231,6 +231,56 @@ def test_an_unattended_run_lands_in_the_inbox_and_only_its_member_can_ack_it(
         assert len(_notices(alice, accepted["run_id"], unread=False)) == 1
 
 
+@pytest.mark.rule("R-033")
+def test_the_client_acknowledges_only_the_exact_destination_it_has_open(
+    model_server: ServerProcess,
+) -> None:
+    with model_server.client("alice") as alice, model_server.client("bob") as bob:
+        rooms, runs = [], []
+        for _ in range(2):
+            room = _room(alice)
+            accepted = _send(alice, room, "say hello for the open destination")
+            assert _settled(alice, accepted["run_id"])["status"] == "completed"
+            assert len(_notices(alice, accepted["run_id"], within=10)) == 1
+            rooms.append(room)
+            runs.append(accepted["run_id"])
+        opened, other = rooms
+
+        def ack(client: httpx.Client, body: object) -> httpx.Response:
+            return client.post("notifications/ack", json=body)
+
+        # Near misses acknowledge nothing: another kind with the same id, a prefix of the
+        # id, another run of the open room, another member's open room.
+        for near in ({"kind": "task_run", "resource_id": opened},
+                     {"kind": "chat", "resource_id": opened[:-1]},
+                     {"kind": "chat", "resource_id": opened, "run_id": runs[1]}):
+            response = ack(alice, near)
+            assert response.status_code == 200 and response.json() == {"acknowledged": []}
+        assert ack(bob, {"kind": "chat", "resource_id": opened}).json() == {"acknowledged": []}
+        # Anything but a kind and exact ids is refused, and changes nothing.
+        for bad in ({"kind": "chat", "resource_id": opened, "url": "/lab"},
+                    {"kind": "chat", "resource_id": f"{opened}/x"},
+                    {"kind": "chat", "resource_id": "%"},
+                    {"kind": "room", "resource_id": opened},
+                    {"kind": "chat"}):
+            assert ack(alice, bad).status_code == 422, bad
+        assert all(len(_notices(alice, run)) == 1 for run in runs)
+
+        # The open room's notice, and only that one.
+        done = ack(alice, {"kind": "chat", "resource_id": opened})
+        assert done.status_code == 200
+        acked = done.json()["acknowledged"]
+        assert [n["destination"] for n in acked] == [
+            {"kind": "chat", "conversation_id": opened, "run_id": runs[0]}]
+        assert acked[0]["unread"] is False
+        assert _notices(alice, runs[0]) == [] and len(_notices(alice, runs[1])) == 1
+        # Again: nothing left to acknowledge there; the other room keeps its notice.
+        assert ack(alice, {"kind": "chat", "resource_id": opened}).json() == {
+            "acknowledged": []}
+        assert ack(alice, {"kind": "chat", "resource_id": other, "run_id": runs[1]}).json()[
+            "acknowledged"][0]["destination"]["run_id"] == runs[1]
+
+
 @pytest.mark.rule("R-031")
 async def test_a_member_watching_the_room_over_the_websocket_gets_no_notice(
     model_server: ServerProcess,
