@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -23,23 +24,33 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
 
-from kaizen_server_extension.lanes.context import build_context
+from kaizen_server_extension.lanes.artifact_stream import checkpointed_step
+from kaizen_server_extension.lanes.context import build_context, roster_for
 from kaizen_server_extension.lanes.host import LivePublisher, RunHost, ToolCaller
 from kaizen_server_extension.lanes.inbox import CompletionInbox, PresenceRegistry
+from kaizen_server_extension.lanes.resume import RECOVERY_EVENTS, RunJournal
 from kaizen_server_extension.policy.synthesis import SYNTHESIS
-from kaizen_server_extension.runtime.controller import TurnController
+from kaizen_server_extension.resources import NO_RESOURCES, AdmittedResources
 from kaizen_server_extension.runtime.port import (
     AdvertisedTool,
     AuthorityBundle,
     Budgets,
+    Capability,
     CorrectionRule,
     ModelStepError,
+    ResumePoint,
     RunManifest,
     StepEvent,
     StepFinished,
     StepSnapshot,
 )
+from kaizen_server_extension.runtime.registry import (
+    CONTROLLERS,
+    DEFAULT_CONTROLLER,
+    controller_for,
+)
 from kaizen_server_extension.settings import SettingsError
+from kaizen_server_extension.store.attachments import AttachmentStore
 from kaizen_server_extension.store.notifications import NotificationRepository
 from kaizen_server_extension.store.records import AgentRecord, ConversationRecord, RunRecord
 from kaizen_server_extension.store.runs import Admission, RunLane
@@ -80,6 +91,9 @@ class FrozenTools:
     catalog: object = None
     # Held back behind tool discovery until a search reveals them.
     deferred: tuple[AdvertisedTool, ...] = ()
+    # The turn's attached files, pinned at acceptance and bound into the bundle's resource
+    # digest at admission; run_code projects exactly these (R-454, R-455).
+    resources: AdmittedResources = NO_RESOURCES
 
 
 class ToolBackend(Protocol):
@@ -135,6 +149,8 @@ class LaneService:
         self._draining: dict[str, asyncio.Task[None]] = {}
         self._runs: dict[str, tuple[asyncio.Task[Any], asyncio.Event]] = {}
         self._recovery: asyncio.Task[None] | None = None
+        # Runs this process took over from a dead holder, while they carry on here.
+        self._recovered: dict[str, asyncio.Task[None]] = {}
         self._closing = False
 
     # --- lifecycle --------------------------------------------------------------------
@@ -148,7 +164,8 @@ class LaneService:
 
     async def stop(self) -> None:
         self._closing = True
-        tasks = [t for t, _ in self._runs.values()] + list(self._draining.values())
+        tasks = [t for t, _ in self._runs.values()] + list(self._draining.values()) + \
+            list(self._recovered.values())
         if self._recovery:
             tasks.append(self._recovery)
         for task in tasks:
@@ -181,10 +198,12 @@ class LaneService:
         finally:
             self._draining.pop(conversation_id, None)
 
-    async def _execute(self, run: RunRecord) -> None:
+    async def _execute(self, run: RunRecord, *, recovered: bool = False) -> None:
+        """Run one claimed run (or a recovered one, taken over from a dead holder) to its
+        terminal here, holding its lease meanwhile."""
         cancelled = asyncio.Event()
-        task = asyncio.create_task(self._admit_and_run(run, cancelled),
-                                   name=f"kaizen-run-{run.id}")
+        work = self._resume_and_run if recovered else self._admit_and_run
+        task = asyncio.create_task(work(run, cancelled), name=f"kaizen-run-{run.id}")
         self._runs[run.id] = (task, cancelled)
         keeper = asyncio.create_task(self._keep_lease(run, task, cancelled),
                                      name=f"kaizen-lease-{run.id}")
@@ -256,12 +275,15 @@ class LaneService:
 
         tools = self._tools.freeze(agent=agent, conversation=conversation, member=run.member,
                                    request_text=text)
+        # The attached files: a changed list is a different bundle (R-454, R-455).
+        resources = await AttachmentStore(self.store).for_input(run.input_id)
+        tools = dataclasses.replace(tools, resources=resources)
         bundle = AuthorityBundle(
             run_id=run.id, conversation_id=run.conversation_id,
             input_position=run.input_position, member=run.member,
             agent_version_id=agent.version_id,
             audience_version=conversation.audience_version,
-            resource_digest=resource_digest(conversation, agent, tools.digest),
+            resource_digest=resource_digest(conversation, agent, tools.digest, resources),
             fence=run.fence,
         )
         admitted = await self.lane.admit(run.id, run.fence, Admission(
@@ -269,14 +291,21 @@ class LaneService:
             resource_digest=bundle.resource_digest, catalog_digest=tools.digest, model=model,
         ), {"input_position": run.input_position, "agent_id": agent.id,
             "agent_version": agent.version, "model": model, "catalog_digest": tools.digest,
-            "tools": [t.name for t in tools.advertised]})
+            "tools": [t.name for t in tools.advertised],
+            "correction": correction_binding(self._config),
+            "controller": DEFAULT_CONTROLLER})
         if not admitted:
             return  # cancelled or recovered before admission; already settled
+        if resources:  # the run audit's bounded resource list (R-457)
+            await AttachmentStore(self.store).audit_admitted(
+                run.member, run.conversation_id, run.id, resources)
         history = await self.store.journal.exchanges(run.conversation_id)
         manifest = RunManifest(
             bundle=bundle,
             context=build_context(agent.persona, history, current_input_id=run.input_id,
-                                  shared=conversation.shared),
+                                  shared=conversation.shared,
+                                  roster=await roster_for(self.store, run.member,
+                                                          run.conversation_id, tools.advertised)),
             catalog=tools.advertised,
             catalog_digest=tools.digest,
             budgets=self._config.budgets,
@@ -286,12 +315,23 @@ class LaneService:
             deferred=tools.deferred,
         )
 
+        await self._drive_turn(run, bundle, tools, manifest, model, gateway, cancelled)
+
+    async def _drive_turn(self, run: RunRecord, bundle: AuthorityBundle, tools: FrozenTools,
+                          manifest: RunManifest, model: str, gateway: ModelGatewayPort,
+                          cancelled: asyncio.Event, resume: ResumePoint | None = None,
+                          controller_name: str = DEFAULT_CONTROLLER) -> None:
+        """The turn controller over this run's trusted host, from the start or from the
+        point a recovery rebuilt from the journal."""
         cap = self._config.daily_tokens
 
         async def model_stream(snapshot: StepSnapshot) -> AsyncIterator[StepEvent]:
             try:
                 async with self._usage.guard(run.member, cap) as meter:
-                    async for event in gateway.stream_step(snapshot, model=model):
+                    # update_artifact arguments are checkpointed as they stream (R-245).
+                    async for event in checkpointed_step(
+                            gateway, snapshot, model=model, store=self.store, owner=run.member,
+                            conversation_id=run.conversation_id, run_id=run.id):
                         if isinstance(event, StepFinished):
                             meter.add(event.usage.total_tokens)
                         yield event
@@ -303,7 +343,12 @@ class LaneService:
             call_tool=self._tools.caller(bundle=bundle, tools=tools, cancelled=cancelled),
             publish_live=self._publish_live, lease=self.lease,
         )
-        await TurnController(host, manifest).run()
+        controller = controller_for(controller_name, host, manifest, resume=resume)
+        if controller is None:  # only a recovery can name one; it checked already
+            await self.lane.settle(run.id, "failed", "controller_unavailable", "kaizen",
+                                   fence=run.fence)
+            return
+        await controller.run()
 
     # --- cancel and recovery -------------------------------------------------------------
 
@@ -320,14 +365,145 @@ class LaneService:
         return record
 
     async def recover_stale(self) -> int:
+        """Take over each run whose holder stopped renewing its lease (a crash, a lost
+        database) and carry it on here: resumed after its committed steps, or settled
+        when it cannot be (see :meth:`_resume_and_run`)."""
         recovered = 0
-        for run in await self.lane.stale_runs():
-            if await self.lane.recover(run, "kaizen"):
-                recovered += 1
-                log.warning("recovered run %s of a server that stopped mid-turn", run.id)
-                await self._notify_settled(run.id)
-                self.wake(run.conversation_id)
+        for stale in await self.lane.stale_runs():
+            run = await self.lane.take_over(stale, self.owner, self.lease)
+            if run is None:
+                continue  # another replica took it, or its holder renewed just in time
+            recovered += 1
+            log.warning("took over run %s of a server that stopped mid-turn", run.id)
+            self._spawn_recovered(run)
         return recovered
+
+    def _spawn_recovered(self, run: RunRecord) -> None:
+        async def carry_on() -> None:
+            try:
+                await self._execute(run, recovered=True)
+            finally:
+                self._recovered.pop(run.id, None)
+                self.wake(run.conversation_id)
+
+        self._recovered[run.id] = asyncio.create_task(carry_on(),
+                                                      name=f"kaizen-recovered-{run.id}")
+
+    async def _resume_and_run(self, run: RunRecord, cancelled: asyncio.Event) -> None:
+        """Resume a taken-over run from its journal (R-054) or settle it once.
+
+        * Never admitted (the crash came between claim and admission): admitted now, as
+          any claimed run.
+        * Its answer was committed (the crash came before the terminal): settled
+          ``completed`` without asking the model anything.
+        * A dispatched call whose outcome is unknown could have changed something (a write,
+          sensitive or undeclared tool): it is rebuilt as an error and the run settles
+          ``failed`` as interrupted, never replayed (R-446).
+        * The run cannot continue under its own admission (agent version, audience,
+          catalog, model or correction rules changed; it waited on an approval; its one
+          synthesis grant was in flight; a call had closed the turn): settled likewise.
+        * Otherwise each dangling read is rebuilt as an error, ``run.resumed`` is journaled
+          and the controller continues after the committed steps, on the same run id,
+          within what is left of its budgets.
+        """
+        run, text, _ = await self.store.runs.admission_facts(run.id)
+        if run.agent_version_id is None:
+            await self._admit_and_run(run, cancelled)
+            return
+        journal = RunJournal.read(await self.lane.run_events(
+            run.id, run.conversation_id, (*RECOVERY_EVENTS, "run.admitted")))
+        admitted = next((e.data for e in journal.events if e.type == "run.admitted"), {})
+        if journal.answer is not None and not journal.dangling:
+            await self._settle_recovered(run, [], "completed", "answered", {})
+            return
+
+        conversation = await self.store.runs.conversation_of(run.conversation_id)
+        agent = await self.store.agents.get_visible(conversation.agent_id, run.member)
+        gateway = self._gateway()
+        tools = None if agent is None else self._tools.freeze(
+            agent=agent, conversation=conversation, member=run.member, request_text=text)
+        if tools is not None:  # the same attached files the run was admitted with
+            tools = dataclasses.replace(
+                tools, resources=await AttachmentStore(self.store).for_input(run.input_id))
+        capability = {t.name: t.capability
+                      for t in (tools.advertised + tools.deferred if tools else ())}
+        ambiguous = [c.name for c in journal.dangling
+                     if capability.get(c.name) is not Capability.READ]
+        rebuilt = [c.rebuilt(capability.get(c.name)) for c in journal.dangling]
+        if ambiguous:
+            await self._settle_recovered(run, rebuilt, "failed", "interrupted", {
+                "dangling_calls": len(rebuilt), "ambiguous_calls": ambiguous,
+                "message": INTERRUPTED_WRITE_MESSAGE})
+            return
+
+        # Runs admitted before the choice was journaled all used the turn engine.
+        controller_name = admitted.get("controller", DEFAULT_CONTROLLER)
+        obstacle: str | None = None
+        if agent is None or tools is None or gateway is None or not run.model:
+            obstacle = "admission_unavailable"
+        elif controller_name not in CONTROLLERS:
+            obstacle = "controller_unavailable"  # never moved to another controller (R-003)
+        elif (agent.version_id != run.agent_version_id
+              or conversation.audience_version != run.audience_version
+              or tools.digest != run.catalog_digest
+              or resource_digest(conversation, agent, tools.digest, tools.resources)
+              != run.resource_digest
+              or admitted.get("correction") != correction_binding(self._config)):
+            obstacle = "admission_changed"  # the admission stays fixed (R-003, R-020)
+        elif run.status != "running":
+            obstacle = "awaiting_approval"
+        elif journal.synthesis_started:
+            obstacle = "synthesis_interrupted"  # the grant is never repeated (R-044)
+        elif journal.turn_closed or journal.answer is not None:
+            obstacle = "turn_closed"
+        point = journal.resume_point(rebuilt, self._config.correction_rules)
+        if point is None:
+            obstacle = obstacle or "admission_changed"
+        if obstacle is not None or point is None or agent is None or tools is None \
+                or gateway is None or run.model is None or run.resource_digest is None \
+                or run.audience_version is None:
+            await self._settle_recovered(run, rebuilt, "failed", "interrupted", {
+                "dangling_calls": len(rebuilt), "not_resumed": obstacle or "unknown",
+                "message": INTERRUPTED_MESSAGE})
+            return
+
+        resumed = await self.lane.close_dangling(run.id, run.fence, rebuilt, "kaizen", resumed={
+            "fence": run.fence, "controller": controller_name, "dangling_calls": len(rebuilt),
+            "steps_committed": point.rounds_used, "next_step": point.steps_started + 1})
+        if not resumed:
+            return  # cancelled or taken over again meanwhile: whoever did settles it
+        # The bundle the run was admitted with, field for field (R-006, R-007).
+        bundle = AuthorityBundle(
+            run_id=run.id, conversation_id=run.conversation_id,
+            input_position=run.input_position, member=run.member,
+            agent_version_id=run.agent_version_id, audience_version=run.audience_version,
+            resource_digest=run.resource_digest, fence=run.fence,
+        )
+        history = await self.store.journal.exchanges(run.conversation_id)
+        manifest = RunManifest(
+            bundle=bundle,
+            context=build_context(agent.persona, history, current_input_id=run.input_id,
+                                  shared=conversation.shared,
+                                  roster=await roster_for(self.store, run.member,
+                                                          run.conversation_id, tools.advertised)),
+            catalog=tools.advertised,
+            catalog_digest=tools.digest,
+            budgets=self._config.budgets,
+            synthesis=SYNTHESIS,
+            correction_rules=self._config.correction_rules,
+            required_tool=tools.required_tool,
+            deferred=tools.deferred,
+        )
+        await self._drive_turn(run, bundle, tools, manifest, run.model, gateway, cancelled,
+                               resume=point, controller_name=str(controller_name))
+
+    async def _settle_recovered(self, run: RunRecord, rebuilt: list[dict[str, Any]],
+                                status: str, reason: str, data: dict[str, Any]) -> None:
+        settled = await self.lane.close_dangling(run.id, run.fence, rebuilt, "kaizen",
+                                                 terminal=(status, reason, data))
+        if settled:
+            log.warning("recovered run %s settled %s (%s)", run.id, status,
+                        data.get("not_resumed") or data.get("ambiguous_calls") or reason)
 
     async def _recovery_loop(self) -> None:
         while not self._closing:
@@ -340,15 +516,34 @@ class LaneService:
                 log.exception("stale-run recovery failed; retrying")
 
 
+INTERRUPTED_MESSAGE = ("The server stopped while this turn was running, and it could not be "
+                       "resumed. Please send the message again.")
+INTERRUPTED_WRITE_MESSAGE = (
+    "The server stopped while an action that may change something was running, so its "
+    "outcome is unknown and it was not repeated. Please check the activity before trying "
+    "again.")
+
+
+def correction_binding(config: LaneConfig) -> dict[str, Any]:
+    """The exact correction rule set and attempt limit a run is admitted with, as journaled
+    in ``run.admitted``: a recovery resumes the run only under the same binding (R-020)."""
+    rules = [[r.id, r.pattern, r.reminder] for r in config.correction_rules]
+    digest = hashlib.sha256(json.dumps(rules, separators=(",", ":")).encode()).hexdigest()
+    return {"rule_ids": [r.id for r in config.correction_rules], "digest": digest,
+            "max_attempts": config.budgets.correction_max_attempts}
+
+
 def resource_digest(conversation: ConversationRecord, agent: AgentRecord,
-                    catalog_digest: str) -> str:
-    """Digest of what the run is authorized over: room, roster, agent version, catalog."""
+                    catalog_digest: str, resources: AdmittedResources = NO_RESOURCES) -> str:
+    """Digest of what the run is authorized over: room, roster, agent version, catalog and
+    the turn's attached files (ids, exact versions, content digests)."""
     payload = json.dumps({
         "conversation": conversation.id,
         "participants": sorted(conversation.participants),
         "agent_version": agent.version_id,
         "knowledge_scope": agent.knowledge_scope,
         "catalog": catalog_digest,
+        "resources": resources.digest,
     }, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 

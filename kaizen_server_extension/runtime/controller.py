@@ -38,6 +38,10 @@ retry re-sends the same snapshot object and uses no round. When the rounds are s
 model stops without writing an answer — the one synthesis grant runs (R-043, R-045); it is
 never repeated (R-044).
 
+Resuming: a recovery hands a :class:`ResumePoint` rebuilt from the journal (R-054). The
+controller starts from it — committed tool rounds in the transcript, step numbers, rounds and
+corrections already used — so no committed step is asked of the model again.
+
 Inactivity: each awaited model event must arrive within ``inactivity_ms`` of the last healthy
 event (measured on the injected ``clock``). While tool calls are in flight they hold the lease:
 the controller heartbeats the backend every third of the budget instead of timing them out
@@ -63,6 +67,7 @@ from kaizen_server_extension.runtime.port import (
     CorrectionRule,
     HostPort,
     ModelStepError,
+    ResumePoint,
     RunCancelled,
     RunManifest,
     StepEvent,
@@ -143,6 +148,7 @@ class TurnController:
         manifest: RunManifest,
         *,
         clock: Callable[[], float] = time.monotonic,
+        resume: ResumePoint | None = None,
     ) -> None:
         self._port = port
         self._manifest = manifest
@@ -180,6 +186,25 @@ class TurnController:
         #: True once this controller's terminal won the compare-and-set; False when it stood
         #: down or the run was cancelled; None while running.
         self.settled: bool | None = None
+        if resume is not None:
+            self._resume_from(resume)
+
+    def _resume_from(self, point: ResumePoint) -> None:
+        """Continue a recovered run after the steps its earlier holder committed (R-054):
+        their history is replayed into the transcript, not re-asked of the model, and the
+        rounds, corrections and step numbers they used stay used."""
+        self._transcript = Transcript((*self._manifest.context, *point.messages))
+        self._step = point.steps_started
+        self._rounds = point.rounds_used
+        self._corrections = point.corrections_used
+        self._results = list(point.results)
+        for result in point.results:
+            if result.name == TOOL_SEARCH:
+                self._searches += 1
+            elif not result.failed:
+                self._searches = 0
+        if point.required_attempted:
+            self._required = None
 
     def _reveal(self, names: Sequence[str]) -> None:
         """Advertise deferred tools the backend revealed, from the next step on (R-297).

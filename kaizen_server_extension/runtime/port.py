@@ -347,3 +347,24 @@ class RunManifest:
     required_tool: str | None = None
     # Frozen tools held back behind discovery; revealed only by a result's ``reveals``.
     deferred: tuple[AdvertisedTool, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePoint:
+    """Where a recovered run continues: what its earlier holder committed, rebuilt from the
+    journal by the backend (R-054). The controller appends ``messages`` to the admitted
+    context and never asks the model again for a step counted here; the budgets it already
+    used stay used."""
+
+    #: Committed assistant tool calls and their results (dangling calls rebuilt as errors),
+    #: and any correction reminders, in journal order.
+    messages: tuple[ChatMessage, ...] = ()
+    #: The highest step number already started: the next step gets the next number.
+    steps_started: int = 0
+    #: Rounds already used (tool rounds and rejected corrections count, as in the loop).
+    rounds_used: int = 0
+    corrections_used: int = 0
+    #: Settled tool results so far, for the synthesis instruction and the fallback text.
+    results: tuple[ToolCallResult, ...] = ()
+    #: True once a tool round ran: a pending required tool was attempted (R-305).
+    required_attempted: bool = False

@@ -3,8 +3,9 @@
 * 100 messages posted at once to one room through both servers: every input gets exactly
   one run, runs are admitted in FIFO position order, never two are active at once (checked
   in the journal *and* by sampling the runs table while it happens), nothing is lost.
-* kill -9 of the server whose turn is inside a tool call: the other server recovers the run
-  once its lease runs out — exactly one terminal, the dangling call rebuilt as an error —
+* kill -9 of the server whose turn is inside a run_code call: the other server recovers the
+  run once its lease runs out — exactly one terminal (``failed``: the write's outcome is
+  unknown, so it is neither resumed nor replayed), the dangling call rebuilt as an error —
   and the room's queued message then runs. Until the kill, the live holder keeps its lease
   although its tool runs far longer than the lease.
 """
@@ -299,7 +300,7 @@ def _kill_9(server: ServerProcess) -> None:
 
 
 @needs_postgres
-@pytest.mark.rule("R-014", "R-054", "R-264", "R-445")
+@pytest.mark.rule("R-014", "R-264", "R-446")
 def test_kill_9_mid_tool_recovers_once_rebuilds_the_call_and_the_room_moves_on(
     replicas: Replicas,
 ) -> None:
@@ -355,6 +356,10 @@ def test_kill_9_mid_tool_recovers_once_rebuilds_the_call_and_the_room_moves_on(
     assert len(terminals) == 1
     assert terminals[0]["data"]["reason"] == "interrupted"
     assert terminals[0]["data"]["dangling_calls"] == 1
+    # run_code may have changed something: its outcome is unknown, so the run is not resumed
+    # and the call is never replayed (R-446).
+    assert terminals[0]["data"]["ambiguous_calls"] == ["run_code"]
+    assert not any(e["type"] == "run.resumed" for e in mine)
     # The dangling call is rebuilt as an error result, once, before the terminal.
     requested = [e for e in mine if e["type"] == "tool.requested"]
     settled = [e for e in mine if e["type"] == "tool.settled"]
