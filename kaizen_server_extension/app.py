@@ -17,7 +17,7 @@ from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
-from traitlets import Int, List, Set, Unicode, default
+from traitlets import Bool, Float, Int, List, Set, Unicode, default
 
 from kaizen_server_extension.agents import AgentDefinition, AgentRegistrationError, collect_agents
 from kaizen_server_extension.events import EventBus, LiveEventInvalid, PostgresLink
@@ -55,6 +55,8 @@ class KaizenContext:
     # Set once the server starts; handlers reach lanes and tools through the context.
     lanes: Any = None
     tools: Any = None
+    # Names of the registered tools (the admin tool-policy routes refuse any other).
+    tool_names: frozenset[str] = frozenset()
 
     def is_admin(self, member: str) -> bool:
         return member in self.admin_members
@@ -102,6 +104,15 @@ class KaizenApp(ExtensionApp):
         config=True
     )
 
+    model_provider = Unicode(
+        help="Name of the registered model provider to use (default: KAIZEN_MODEL_PROVIDER; "
+        "empty: openai-compatible when model_base_url is set, else local).",
+    ).tag(config=True)
+
+    @default("model_provider")
+    def _default_model_provider(self) -> str:
+        return os.environ.get("KAIZEN_MODEL_PROVIDER", "")
+
     plugins = List(
         Unicode(),
         help="Extra plugin modules to load, as a third party would register them (default: "
@@ -112,6 +123,44 @@ class KaizenApp(ExtensionApp):
     def _default_plugins(self) -> list[str]:
         raw = os.environ.get("KAIZEN_PLUGINS", "")
         return [p.strip() for p in raw.split(",") if p.strip()]
+
+    kernel_console = Bool(
+        help="Let a member open their own persistent run_code kernel as a JupyterLab console "
+        "(default: KAIZEN_KERNEL_CONSOLE, else on). The kernel then shows in the Jupyter "
+        "kernels API, which every user of this Jupyter server may reach: see docs/run_code.md.",
+    ).tag(config=True)
+
+    @default("kernel_console")
+    def _default_kernel_console(self) -> bool:
+        return os.environ.get("KAIZEN_KERNEL_CONSOLE", "1").strip().lower() not in (
+            "0", "false", "no", "off")
+
+    kernel_idle_seconds = Float(
+        help="Seconds a run_code kernel lease (its persistent kernels, and a console attached "
+        "to one) lives after its last call (default: KAIZEN_KERNEL_IDLE_SECONDS, else 900).",
+    ).tag(config=True)
+
+    @default("kernel_idle_seconds")
+    def _default_kernel_idle_seconds(self) -> float:
+        raw = os.environ.get("KAIZEN_KERNEL_IDLE_SECONDS", "900")
+        try:
+            value = float(raw)
+        except ValueError:
+            value = -1.0
+        if not 1.0 <= value <= 7 * 24 * 3600.0:
+            self._refuse_to_start("Invalid setting KAIZEN_KERNEL_IDLE_SECONDS: must be a "
+                                  "number of seconds between 1 and 604800")
+        return value
+
+    sandbox_jail = Unicode(
+        help="bubblewrap jail for run_code kernels: 'auto' (when bwrap is installed), 'off', "
+        "or 'required' (kernels refuse to start without it). Default: KAIZEN_SANDBOX_JAIL, "
+        "else auto.",
+    ).tag(config=True)
+
+    @default("sandbox_jail")
+    def _default_sandbox_jail(self) -> str:
+        return os.environ.get("KAIZEN_SANDBOX_JAIL", "auto").strip() or "auto"
 
     model_api_key_env = Unicode(
         "KAIZEN_MODEL_API_KEY",
@@ -155,6 +204,16 @@ class KaizenApp(ExtensionApp):
             self._refuse_to_start(
                 "Invalid setting KAIZEN_MAX_MESSAGE_BYTES: must be between 1 and 67108864"
             )
+        # Read now so a bad KAIZEN_KERNEL_IDLE_SECONDS stops start-up (its default refuses).
+        self.kernel_idle_seconds  # noqa: B018
+        from kaizen_kernel.provisioner import JAIL_MODES, find_bwrap
+
+        if self.sandbox_jail not in JAIL_MODES:
+            self._refuse_to_start("Invalid setting KAIZEN_SANDBOX_JAIL: must be one of "
+                                  + ", ".join(JAIL_MODES))
+        if self.sandbox_jail == "required" and find_bwrap() is None:
+            self._refuse_to_start("Invalid setting KAIZEN_SANDBOX_JAIL: 'required' but "
+                                  "bubblewrap (bwrap) is not installed")
         schema = self.database_schema or None
         plugins = self._load_plugins()
         try:
@@ -209,7 +268,6 @@ class KaizenApp(ExtensionApp):
 
     def _wire_runtime(self, ctx: KaizenContext, plugins: LoadedPlugins) -> None:
         """Tool registry, guarded pipeline, model gateway and the room lanes."""
-        from kaizen_server_extension.gateway import GatewayConfig, ModelGateway
         from kaizen_server_extension.lanes.service import LaneConfig, LaneService, ModelGatewayPort
         from kaizen_server_extension.lanes.tooling import PipelineToolBackend
         from kaizen_server_extension.policy.guardrails import GuardrailChain
@@ -219,6 +277,7 @@ class KaizenApp(ExtensionApp):
             registry = ToolRegistry.from_plugin_manager(plugins.pm, plugins.first_party)
         except ToolRegistrationError as exc:
             self._refuse_to_start(f"A tool plugin was refused: {exc}")
+        ctx.tool_names = frozenset(registry.names())
         guardrails = GuardrailChain.from_registrations(
             collect_registrations(plugins.pm, "kaizen_register_guardrails"))
         ctx.tools = PipelineToolBackend(
@@ -227,29 +286,7 @@ class KaizenApp(ExtensionApp):
             authorize=self._tool_authorizer(),
             guardrails=guardrails,
         )
-        gateway: ModelGatewayPort | None = None
-        if ctx.model_base_url:
-            try:
-                gateway = ModelGateway(GatewayConfig(
-                    base_url=ctx.model_base_url, model=ctx.model or "default",
-                    api_key=ctx.model_api_key))
-            except ValueError as exc:
-                self._refuse_to_start(f"Invalid setting KAIZEN_MODEL_BASE_URL: {exc}")
-        else:
-            # No endpoint: the embedded local model, when provisioned (kaizen-local-model).
-            from kaizen_server_extension.gateway.local import (
-                LOCAL_MODEL_NAME,
-                local_gateway_from_env,
-            )
-
-            try:
-                gateway = local_gateway_from_env(os.environ)
-            except ValueError as exc:
-                self._refuse_to_start(f"Invalid local model setting: {exc}")
-            if gateway is not None:
-                ctx.model = LOCAL_MODEL_NAME
-                self.log.info("Kaizen model: the embedded local model (no "
-                              "KAIZEN_MODEL_BASE_URL is set)")
+        gateway: ModelGatewayPort | None = self._model_gateway(ctx, plugins)
         ctx.lanes = LaneService(
             store=ctx.store,
             tools=ctx.tools,
@@ -261,6 +298,37 @@ class KaizenApp(ExtensionApp):
             publish_live=ctx.publish_live,
         )
         self._gateway = gateway
+
+    def _model_gateway(self, ctx: KaizenContext, plugins: LoadedPlugins) -> Any:
+        """The gateway of the model provider named by ``model_provider``, built by the factory
+        a plugin registered (``kaizen_register_model_providers``; the built-in ones come from
+        ``kaizen_plugins.providers``). An unknown name or unusable settings stop start-up."""
+        from kaizen_server_extension.gateway.providers import (
+            ModelProviderRegistry,
+            ProviderConfigError,
+            ProviderRegistrationError,
+            ProviderSettings,
+            create_gateway,
+        )
+
+        try:
+            providers = ModelProviderRegistry.from_registrations(
+                collect_registrations(plugins.pm, "kaizen_register_model_providers"))
+        except ProviderRegistrationError as exc:
+            self._refuse_to_start(f"A model provider plugin was refused: {exc}")
+        try:
+            provider = providers.select(self.model_provider, base_url=ctx.model_base_url)
+            gateway = create_gateway(provider, ProviderSettings(
+                base_url=ctx.model_base_url, model=ctx.model, api_key=ctx.model_api_key,
+                environ=dict(os.environ)))
+        except ProviderConfigError as exc:
+            self._refuse_to_start(str(exc))
+        if gateway is not None:
+            if provider.fixed_model:
+                ctx.model = provider.fixed_model
+            self.log.info("Kaizen model provider: %s (plugin %s)", provider.name,
+                          providers.owner(provider.name))
+        return gateway
 
     def _tool_authorizer(self) -> Any:
         """``(member, tool) -> bool`` through the Jupyter server's Authorizer; a failing
@@ -286,17 +354,26 @@ class KaizenApp(ExtensionApp):
     async def _start_run_code(self, serverapp: Any) -> None:
         """Kernels for run_code, and the loopback bridge their ``tools.call`` uses."""
         from kaizen_kernel.bridge import bridge_handlers, bridge_url
+        from kaizen_kernel.gateway import GatewaySettings
         from kaizen_kernel.leases import KernelLease
         from kaizen_kernel.service import RunCodeConfig, RunCodeService
         from kaizen_server_extension.lanes.tooling import BridgeBinding
         from kaizen_server_extension.tools.types import MemberSafeError
 
         pool_size = int(os.environ.get("KAIZEN_KERNEL_POOL_SIZE", "1"))
-        server_url = f"http://127.0.0.1:{serverapp.port}{serverapp.base_url}"
+        # Kernels on another host (a gateway) reach the bridge at the URL the operator gives.
+        server_url = os.environ.get("KAIZEN_KERNEL_BRIDGE_BASE_URL") or \
+            f"http://127.0.0.1:{serverapp.port}{serverapp.base_url}"
+        gateway_config = getattr(serverapp, "gateway_config", None)
         service = RunCodeService(RunCodeConfig(
             state_root=Path(jupyter_data_dir()) / "kaizen" / "sandbox",
             bridge_url=bridge_url(server_url),
             pool_sizes={"python": max(0, pool_size)},
+            idle_timeout_s=self.kernel_idle_seconds,
+            jail=self.sandbox_jail,
+            # With --gateway-url the server's kernels live on the gateway; so do ours.
+            gateway=GatewaySettings.from_env() if gateway_config is not None
+            and gateway_config.gateway_enabled else None,
         ))
 
         async def dispatch(lease: KernelLease, name: str, arguments: dict[str, Any]) -> Any:
@@ -310,6 +387,13 @@ class KaizenApp(ExtensionApp):
         await service.start()
         self.kaizen.tools.attach_run_code(service)
         self._run_code = service
+        # Persistent kernels can be attached to the Jupyter server's kernel manager for a
+        # console (withdrawn when their lease lets them go; api/kernel_console.py).
+        from kaizen_kernel.console import KernelConsoles
+        from kaizen_server_extension.api.kernel_console import SETTINGS_KEY
+
+        serverapp.web_app.settings[SETTINGS_KEY] = KernelConsoles(
+            serverapp.kernel_manager, service, enabled=self.kernel_console)
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         if self.kaizen.events_link is not None:

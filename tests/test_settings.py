@@ -93,6 +93,17 @@ def test_server_refuses_to_start_with_an_out_of_bounds_setting(tmp_path: Path) -
     assert "AGENT_LOOP_MAX_CYCLES" in server.log()
 
 
+def test_server_refuses_an_unknown_sandbox_jail_mode(tmp_path: Path) -> None:
+    server = start_server(tmp_path, sqlite_url_for(tmp_path / "k.db"),
+                          extra_env={"KAIZEN_SANDBOX_JAIL": "sometimes"}, wait=False)
+    try:
+        code = server.process.wait(60)
+    finally:
+        server.stop()
+    assert code != 0
+    assert "Invalid setting KAIZEN_SANDBOX_JAIL" in server.log()
+
+
 def test_extension_is_listed_by_jupyter() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "jupyter_server.extension.serverextension", "list"],
