@@ -7,6 +7,13 @@
  */
 import { ServerConnection } from '@jupyterlab/services';
 
+import {
+  attachmentName,
+  IArtifact,
+  IArtifactView,
+  parseArtifacts,
+  parseArtifactView
+} from './artifacts';
 import { isRecord, JournalEvent, parseEvent } from './protocol';
 
 /** One entry of `GET kaizen/api/agents`: `[{id, name, mode, version, tools}]`. */
@@ -242,6 +249,63 @@ function parseApprovals(body: unknown): IApprovalRequest[] | null {
   return out;
 }
 
+/** One of the member's own live persistent run_code kernels in a conversation. */
+export interface IPersistentKernel {
+  language: string;
+  kernel_name: string;
+  /** A run_code call holds it right now. */
+  busy: boolean;
+  /** Its id in the Jupyter kernels API once opened as a console, else null. */
+  console_kernel_id: string | null;
+}
+
+/** `GET conversations/{id}/kernel`: the caller's kernels there, and whether consoles may attach. */
+export interface IConversationKernel {
+  console_enabled: boolean;
+  kernels: IPersistentKernel[];
+}
+
+/** `POST conversations/{id}/kernel/console`: the kernel to attach JupyterLab's console to. */
+export interface IConsoleKernel {
+  kernel_id: string;
+  kernel_name: string;
+  language: string;
+}
+
+export function parseConversationKernel(body: unknown): IConversationKernel | null {
+  if (!isRecord(body) || !Array.isArray(body.kernels)) {
+    return null;
+  }
+  const kernels: IPersistentKernel[] = [];
+  for (const item of body.kernels) {
+    if (!isRecord(item) || typeof item.language !== 'string') {
+      continue;
+    }
+    kernels.push({
+      language: item.language,
+      kernel_name: typeof item.kernel_name === 'string' ? item.kernel_name : '',
+      busy: item.busy === true,
+      console_kernel_id:
+        typeof item.console_kernel_id === 'string' ? item.console_kernel_id : null
+    });
+  }
+  return { console_enabled: body.console_enabled === true, kernels };
+}
+
+/** Jupyter kernel ids are UUIDs; anything else is not handed to JupyterLab. */
+const KERNEL_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+export function parseConsoleKernel(body: unknown): IConsoleKernel | null {
+  if (!isRecord(body) || typeof body.kernel_id !== 'string' || !KERNEL_ID.test(body.kernel_id)) {
+    return null;
+  }
+  return {
+    kernel_id: body.kernel_id,
+    kernel_name: typeof body.kernel_name === 'string' ? body.kernel_name : '',
+    language: typeof body.language === 'string' ? body.language : ''
+  };
+}
+
 /**
  * The REST client: one instance per panel, bound to the server settings.
  */
@@ -333,6 +397,24 @@ export class KaizenApi {
     );
   }
 
+  /**
+   * Mark read the completion notices of exactly the destination this client has open
+   * (R-033): the server matches kind and ids by equality, never by prefix or pattern.
+   */
+  acknowledgeOpen(destination: {
+    kind: 'chat';
+    resource_id: string;
+    run_id?: string;
+  }): Promise<Result<unknown>> {
+    return this._call(
+      'POST',
+      'notifications/ack',
+      destination,
+      'mark the notices of this conversation read',
+      body => body
+    );
+  }
+
   memberSettings(): Promise<Result<IMemberSettings>> {
     return this._call('GET', 'members/me/settings', undefined, 'read your settings', parseSettings);
   }
@@ -352,6 +434,93 @@ export class KaizenApi {
       'save your settings',
       parseSettings
     );
+  }
+
+  /** The member's own persistent run_code kernels in a conversation. */
+  conversationKernel(conversationId: string): Promise<Result<IConversationKernel>> {
+    return this._call(
+      'GET',
+      `conversations/${encodeURIComponent(conversationId)}/kernel`,
+      undefined,
+      "check this conversation's kernel",
+      parseConversationKernel
+    );
+  }
+
+  /** Make the member's persistent kernel reachable by JupyterLab; answers its kernel id. */
+  openKernelConsole(conversationId: string, language = 'python'): Promise<Result<IConsoleKernel>> {
+    return this._call(
+      'POST',
+      `conversations/${encodeURIComponent(conversationId)}/kernel/console`,
+      { language },
+      'open the kernel console',
+      parseConsoleKernel
+    );
+  }
+
+  /** The artifacts bound to a conversation (latest visible version each, no content). */
+  artifacts(conversationId: string): Promise<Result<IArtifact[]>> {
+    return this._call(
+      'GET',
+      `artifacts?conversation_id=${encodeURIComponent(conversationId)}`,
+      undefined,
+      "list this conversation's artifacts",
+      parseArtifacts
+    );
+  }
+
+  /** One version with its content (the latest visible one when `version` is null). */
+  artifact(
+    artifactId: string,
+    version: number | null,
+    conversationId: string
+  ): Promise<Result<IArtifactView>> {
+    return this._call(
+      'GET',
+      artifactPath(artifactId, version, '', conversationId),
+      undefined,
+      'open the artifact',
+      parseArtifactView
+    );
+  }
+
+  /** The exact stored bytes of a version (the download route), with the server's file name. */
+  async downloadArtifact(
+    artifactId: string,
+    version: number | null,
+    conversationId: string
+  ): Promise<Result<{ blob: Blob; filename: string }>> {
+    const path = artifactPath(artifactId, version, '/download', conversationId);
+    let response: Response;
+    try {
+      response = await ServerConnection.makeRequest(
+        apiUrl(this.settings.baseUrl, path),
+        { method: 'GET' },
+        this.settings
+      );
+    } catch (reason) {
+      console.warn('Kaizen: an artifact download did not reach the server', reason);
+      return { ok: false, message: NETWORK_FAILURE, status: 0 };
+    }
+    if (!response.ok) {
+      let parsed: unknown = null;
+      try {
+        parsed = await response.json();
+      } catch {
+        parsed = null;
+      }
+      console.warn(`Kaizen: an artifact download answered ${response.status}`);
+      return {
+        ok: false,
+        message: failureMessage(response.status, parsed, 'download the artifact'),
+        status: response.status
+      };
+    }
+    const blob = await response.blob();
+    return {
+      ok: true,
+      value: { blob, filename: attachmentName(response.headers.get('Content-Disposition'), 'artifact') }
+    };
   }
 
   /** The websocket URL of a conversation's events, resuming after `after`. */
@@ -409,6 +578,20 @@ export class KaizenApi {
     }
     return { ok: true, value };
   }
+}
+
+/** `artifacts/{id}[/versions/{n}]{suffix}?conversation_id=…` (the room narrows what is read). */
+export function artifactPath(
+  artifactId: string,
+  version: number | null,
+  suffix: '' | '/download',
+  conversationId: string
+): string {
+  const versionPart = version === null ? '' : `/versions/${version}`;
+  return (
+    `artifacts/${encodeURIComponent(artifactId)}${versionPart}${suffix}` +
+    `?conversation_id=${encodeURIComponent(conversationId)}`
+  );
 }
 
 /** A fresh idempotency key (one per composed message; a retry re-uses it). */

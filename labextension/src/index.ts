@@ -12,6 +12,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { KaizenApi } from './api';
 import { askMessage, askTitle, cellReference, ICellContext, quotedPart } from './ask';
 import { ICodeActions } from './components/Markdown';
+import { ConsoleLauncher } from './kernelConsole';
 import { KaizenPanel } from './panel';
 import { connectSettings } from './settings';
 
@@ -54,6 +55,30 @@ function codeActions(app: JupyterFrontEnd, tracker: INotebookTracker | null): IC
       cell.model.sharedModel.setSource(code.replace(/\n$/, ''));
       app.shell.activateById(panel.id);
       return null;
+    }
+  };
+}
+
+/**
+ * Opens JupyterLab's console on an existing kernel (the member's persistent run_code kernel,
+ * attached by the server): `console:create` with `kernelPreference.id`, so the console's
+ * session joins that kernel instead of starting one.
+ */
+function consoleLauncher(app: JupyterFrontEnd): ConsoleLauncher {
+  return async kernel => {
+    if (!app.commands.hasCommand('console:create')) {
+      return 'The JupyterLab console is not available in this JupyterLab.';
+    }
+    try {
+      await app.commands.execute('console:create', {
+        name: 'Kaizen run_code kernel',
+        kernelPreference: { id: kernel.kernel_id, shouldStart: true, canStart: true },
+        activate: true
+      });
+      return null;
+    } catch (reason) {
+      console.warn('Kaizen: console:create failed', reason);
+      return 'JupyterLab could not open the console.';
     }
   };
 }
@@ -120,7 +145,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
     palette: ICommandPalette | null
   ): void => {
     const api = new KaizenApi(app.serviceManager.serverSettings);
-    const panel = new KaizenPanel({ api, rendermime, codeActions: codeActions(app, tracker) });
+    const panel = new KaizenPanel({
+      api,
+      rendermime,
+      codeActions: codeActions(app, tracker),
+      launchConsole: consoleLauncher(app)
+    });
     panel.id = PANEL_ID;
     panel.title.icon = kaizenIcon;
     panel.title.caption = 'Kaizen';

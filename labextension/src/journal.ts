@@ -11,6 +11,7 @@
  * - The queue is derived: runs whose input was accepted, not yet admitted, not terminal.
  * - Tool calls form a per-run timeline: requested → settled with outcome and duration.
  */
+import { mayWriteArtifacts } from './artifacts';
 import { Data, Frame, IJournalEvent, ILiveFrame, isRecord, num, str } from './protocol';
 
 export type RunStatus =
@@ -128,6 +129,12 @@ export interface IConversationState {
   notes: readonly INoteView[];
   /** The last answer committed while live (for the aria-live region), or null. */
   announcement: { seq: number; text: string } | null;
+  /**
+   * Seq of the last event that may have changed this conversation's artifacts (an
+   * `artifact.version`, or an artifact-writing tool settled); 0 when none. The artifacts pane
+   * refreshes when it moves.
+   */
+  artifactSeq: number;
 }
 
 export function initialState(conversationId: string): IConversationState {
@@ -137,7 +144,8 @@ export function initialState(conversationId: string): IConversationState {
     runs: {},
     runOrder: [],
     notes: [],
-    announcement: null
+    announcement: null,
+    artifactSeq: 0
   };
 }
 
@@ -270,8 +278,10 @@ function applyDurable(
         };
         return { ...run, tools: [...run.tools, call] };
       });
-    case 'tool.settled':
-      return updateRun(state, event, run => {
+    case 'artifact.version':
+      return { ...state, artifactSeq: event.seq };
+    case 'tool.settled': {
+      const settledState = updateRun(state, event, run => {
         const callId = str(d, 'call_id') || `seq-${event.seq}`;
         const index = run.tools.findIndex(t => t.callId === callId);
         const base: IToolCallView =
@@ -300,6 +310,12 @@ function applyDurable(
             : [...run.tools, settled];
         return { ...run, tools };
       });
+      // The settled event may omit the name: the requested call carries it.
+      const callId = str(d, 'call_id') || `seq-${event.seq}`;
+      const settledRun = event.run_id ? settledState.runs[event.run_id] : undefined;
+      const name = str(d, 'name') || (settledRun?.tools.find(t => t.callId === callId)?.name ?? '');
+      return mayWriteArtifacts(name) ? { ...settledState, artifactSeq: event.seq } : settledState;
+    }
     case 'approval.requested':
       return updateRun(state, event, run => {
         const approval: IApprovalView = {

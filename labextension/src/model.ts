@@ -354,6 +354,11 @@ export class PanelModel extends Observable<IPanelSnapshot> {
       }
     }
     this.conversationModel(id)?.start();
+    if (id) {
+      // The conversation is open now: its completion notices are read. Only this exact
+      // destination is acknowledged; a failure leaves them unread (nothing to show).
+      void this.api.acknowledgeOpen({ kind: 'chat', resource_id: id }).catch(() => undefined);
+    }
     this._updateActivity();
   }
 

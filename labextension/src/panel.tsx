@@ -9,15 +9,22 @@ import { KaizenApi } from './api';
 import { ChatView } from './components/ChatView';
 import { ConversationList } from './components/ConversationList';
 import { ICodeActions } from './components/Markdown';
+import { ConsoleLauncher } from './kernelConsole';
 import { PanelModel } from './model';
 
 export interface IKaizenAppProps {
   model: PanelModel;
   rendermime: IRenderMimeRegistry;
   codeActions: ICodeActions;
+  launchConsole?: ConsoleLauncher;
 }
 
-export function KaizenApp({ model, rendermime, codeActions }: IKaizenAppProps): JSX.Element {
+export function KaizenApp({
+  model,
+  rendermime,
+  codeActions,
+  launchConsole
+}: IKaizenAppProps): JSX.Element {
   const state = useSyncExternalStore(model.subscribe, model.getSnapshot);
   const preferences = useSyncExternalStore(
     model.preferences.subscribe,
@@ -46,6 +53,7 @@ export function KaizenApp({ model, rendermime, codeActions }: IKaizenAppProps): 
         preferences={preferences}
         rendermime={rendermime}
         codeActions={codeActions}
+        launchConsole={launchConsole}
         onBack={() => {
           model.select(null);
           void model.refresh();
@@ -74,12 +82,14 @@ export class KaizenPanel extends ReactWidget {
     api: KaizenApi;
     rendermime: IRenderMimeRegistry;
     codeActions: ICodeActions;
+    launchConsole?: ConsoleLauncher;
     model?: PanelModel;
   }) {
     super();
     this.model = options.model ?? new PanelModel(options.api);
     this._rendermime = options.rendermime;
     this._codeActions = options.codeActions;
+    this._launchConsole = options.launchConsole;
     this.addClass('jp-Kaizen-panel');
   }
 
@@ -87,7 +97,12 @@ export class KaizenPanel extends ReactWidget {
 
   protected render(): JSX.Element {
     return (
-      <KaizenApp model={this.model} rendermime={this._rendermime} codeActions={this._codeActions} />
+      <KaizenApp
+        model={this.model}
+        rendermime={this._rendermime}
+        codeActions={this._codeActions}
+        launchConsole={this._launchConsole}
+      />
     );
   }
 
@@ -101,4 +116,5 @@ export class KaizenPanel extends ReactWidget {
 
   private readonly _rendermime: IRenderMimeRegistry;
   private readonly _codeActions: ICodeActions;
+  private readonly _launchConsole?: ConsoleLauncher;
 }

@@ -40,6 +40,7 @@ function fakeServer(options: { journals?: Record<string, IJournalEvent[]>; appro
   const journals = options.journals ?? {};
   const conversations = Object.keys(journals).map(conversation);
   const posts: Array<{ id: string; text: string }> = [];
+  const acks: Array<Record<string, unknown>> = [];
   const created: Array<Record<string, unknown>> = [];
   const agents: IAgent[] = [
     { id: 'general', name: 'General', mode: 'chat' },
@@ -66,9 +67,13 @@ function fakeServer(options: { journals?: Record<string, IJournalEvent[]>; appro
       const events = (journals[id] ?? []).filter(e => e.seq > after);
       return ok({ events, next: events.length ? events[events.length - 1].seq : after });
     },
-    eventsUrl: (id: string, after: number) => `ws://x/${id}?after=${after}`
+    eventsUrl: (id: string, after: number) => `ws://x/${id}?after=${after}`,
+    acknowledgeOpen: (destination: Record<string, unknown>) => {
+      acks.push(destination);
+      return ok({ acknowledged: [] });
+    }
   };
-  return { api: api as unknown as KaizenApi, posts, created };
+  return { api: api as unknown as KaizenApi, posts, created, acks };
 }
 
 /** A panel whose conversation models use fake sockets (kept per conversation). */
@@ -139,6 +144,20 @@ describe('conversation list badges', () => {
     assert.deepEqual(panel.getSnapshot().activity, {});
     assert.equal(model.watching, false, 'settled in the background: the socket is closed');
     assert.equal(socket.closed, true);
+  });
+
+  it('acknowledges the notices of exactly the conversation it opens (R-033)', async () => {
+    const { api, acks } = fakeServer({ journals: { c1: [], c2: [] } });
+    const panel = new TestPanel(api);
+    await panel.refresh();
+    panel.select('c2');
+    panel.select(null);
+    panel.select('c1');
+    await settle();
+    assert.deepEqual(acks, [
+      { kind: 'chat', resource_id: 'c2' },
+      { kind: 'chat', resource_id: 'c1' }
+    ]);
   });
 
   it('stops an idle conversation at once when leaving it', async () => {

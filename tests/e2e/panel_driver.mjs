@@ -3,7 +3,11 @@
 // fake model; prints one JSON line per step and exits non-zero on the first failure.
 //
 // env: KAIZEN_E2E_BASE_URL (ends with '/'), KAIZEN_E2E_TOKEN, KAIZEN_E2E_SCREENSHOTS (dir),
-//      KAIZEN_E2E_CHROMIUM (default /usr/bin/chromium)
+//      KAIZEN_E2E_CHROMIUM (default /usr/bin/chromium),
+//      KAIZEN_E2E_SCENARIO ('panel', the default: the whole panel; 'kernel-console': open a
+//      persistent run_code kernel as a JupyterLab console, against a server with kernels;
+//      'artifacts': the artifacts pane, with KAIZEN_E2E_FAKE_URL the fake model's root URL)
+import fs from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -17,6 +21,7 @@ const token = process.env.KAIZEN_E2E_TOKEN;
 const shots = process.env.KAIZEN_E2E_SCREENSHOTS || here;
 const executablePath = process.env.KAIZEN_E2E_CHROMIUM || '/usr/bin/chromium';
 const TIMEOUT = 60000;  // generous: CI machines are shared and slow under load
+const scenario = process.env.KAIZEN_E2E_SCENARIO || 'panel';
 
 const started = Date.now();
 function log(step, extra = {}) {
@@ -348,6 +353,280 @@ async function settingsEditor(page) {
   return mode;
 }
 
+// "Open kernel console": disabled until a run_code call leaves a persistent kernel; then
+// JupyterLab's console attaches to that very kernel and sees its variable.
+async function kernelConsole(page) {
+  await page.waitForFunction(
+    () => document.querySelectorAll('.jp-Kaizen-newChat select option').length > 0,
+    null,
+    { timeout: TIMEOUT }
+  );
+  await page.locator('.jp-Kaizen-newChat select').selectOption('general');
+  await page.locator('.jp-Kaizen-newChat input[placeholder="New conversation"]').fill('Console chat');
+  await page.getByRole('button', { name: 'New chat' }).click();
+  await page.locator('.jp-Kaizen-feed[data-phase="live"]').waitFor({ timeout: TIMEOUT });
+  const button = page.locator('.jp-Kaizen-openConsole');
+  await page.locator('.jp-Kaizen-kernelConsole[data-phase="none"]').waitFor({ timeout: TIMEOUT });
+  if (!(await button.isDisabled())) {
+    throw new Error('the console action is enabled before any persistent kernel exists');
+  }
+  const hint = await button.getAttribute('title');
+  log('console-disabled-without-kernel', { hint });
+
+  await send(page, 'keep x in the kernel');
+  await page.waitForFunction(
+    () => [...document.querySelectorAll('.jp-Kaizen-answer[data-committed="true"]')].some(n => n.textContent.includes('x is in the kernel')),
+    null,
+    { timeout: TIMEOUT }
+  );
+  await page.locator('.jp-Kaizen-kernelConsole[data-phase="ready"]').waitFor({ timeout: TIMEOUT });
+  await button.click();
+  const consolePanel = page.locator('.jp-ConsolePanel');
+  await consolePanel.waitFor({ timeout: TIMEOUT });
+  const prompt = consolePanel.locator('.jp-CodeConsole-promptCell .cm-content');
+  await prompt.waitFor({ timeout: TIMEOUT });
+  // The console's session joined the kernel (the kernel status shows idle).
+  await page.waitForFunction(
+    () => {
+      const panel = document.querySelector('.jp-ConsolePanel');
+      return !!panel && !panel.querySelector('.jp-CodeConsole-banner')?.textContent?.includes('No Kernel');
+    },
+    null,
+    { timeout: TIMEOUT }
+  );
+  await prompt.click();
+  await page.keyboard.type('x + 1');
+  await page.keyboard.press('Shift+Enter');
+  await page.waitForFunction(
+    () => [...document.querySelectorAll('.jp-ConsolePanel .jp-OutputArea-output')].some(n => n.textContent.trim() === '42'),
+    null,
+    { timeout: TIMEOUT }
+  );
+  const kernels = await (
+    await fetch(`${base}api/kernels`, { headers: { Authorization: `token ${token}` } })
+  ).json();
+  const sessions = await (
+    await fetch(`${base}api/sessions`, { headers: { Authorization: `token ${token}` } })
+  ).json();
+  const consoleSession = sessions.find(s => s.type === 'console');
+  await page.screenshot({ path: path.join(shots, 'panel-kernel-console.png') });
+  return {
+    kernelId: consoleSession?.kernel?.id ?? null,
+    kernels: kernels.map(k => k.id)
+  };
+}
+
+// The artifacts pane: the agent creates an html page (with a script that must not run), a
+// Markdown note and an svg; the pane lists them, previews the page in a frame sandboxed
+// without scripts, renders the note through the sanitizer, follows a second version of the
+// page and pins the first, downloads through the download route, and shows a governed
+// result (served from fixtures) as native text and a table, never in a frame.
+async function artifactsPane(page, member) {
+  await page.waitForFunction(
+    () => document.querySelectorAll('.jp-Kaizen-newChat select option').length > 0,
+    null,
+    { timeout: TIMEOUT }
+  );
+  await page.locator('.jp-Kaizen-newChat select').selectOption('general');
+  await page.locator('.jp-Kaizen-newChat input[placeholder="New conversation"]').fill('Artifacts chat');
+  await page.getByRole('button', { name: 'New chat' }).click();
+  await page.locator('.jp-Kaizen-feed[data-phase="live"]').waitFor({ timeout: TIMEOUT });
+  const conversationId = await page.locator('.jp-Kaizen-chat').getAttribute('data-conversation-id');
+  const artifactsTab = page.getByRole('tab', { name: /^Artifacts/ });
+  await page.getByRole('tab', { name: 'Artifacts (0)' }).waitFor({ timeout: TIMEOUT });
+
+  await send(page, 'make the artifacts');
+  await page.waitForFunction(
+    () => [...document.querySelectorAll('.jp-Kaizen-answer[data-committed="true"]')].some(n => n.textContent.includes('Made three artifacts')),
+    null,
+    { timeout: TIMEOUT }
+  );
+  // The pane refreshed from the journal (the tools settled), without a reload.
+  await page.getByRole('tab', { name: 'Artifacts (3)' }).waitFor({ timeout: TIMEOUT });
+  // Keyboard: from the Conversation tab, the arrow key moves to Artifacts.
+  await page.getByRole('tab', { name: 'Conversation' }).focus();
+  await page.keyboard.press('ArrowRight');
+  await page.locator('.jp-Kaizen-artifactsPanel:not([hidden])').waitFor({ timeout: TIMEOUT });
+  if ((await artifactsTab.getAttribute('aria-selected')) !== 'true') {
+    throw new Error('the arrow key did not select the Artifacts tab');
+  }
+  const titles = await page.locator('.jp-Kaizen-artifactItemTitle').allInnerTexts();
+  log('artifacts-listed', { titles });
+
+  // The html page: a frame sandboxed without any permission; its script did not run.
+  const pageItem = page.locator('.jp-Kaizen-artifactItem', { hasText: 'Demo page' });
+  const artifactId = await pageItem.getAttribute('data-artifact-id');
+  await pageItem.click();
+  const frameEl = page.locator('.jp-Kaizen-artifactPreview[data-kind="html"] iframe.jp-Kaizen-artifactFrame');
+  await frameEl.waitFor({ timeout: TIMEOUT });
+  const sandbox = await frameEl.getAttribute('sandbox');
+  const frame = page.frameLocator('.jp-Kaizen-artifactPreview[data-kind="html"] iframe.jp-Kaizen-artifactFrame');
+  await frame.locator('#greeting').waitFor({ timeout: TIMEOUT });
+  const greeting = await frame.locator('#greeting').innerText();
+  const leaked = await page.evaluate(() => ({
+    parentFlag: window.__kaizenFrameScript === true,
+    injected: window.__kaizenInjected === true
+  }));
+  // The preview is the frame's own document, never markup in the panel's DOM.
+  const inPanel = await page.locator('#kaizen-panel #greeting').count();
+  if (sandbox !== '' || greeting !== 'Hello from the artifact' || leaked.parentFlag || leaked.injected || inPanel) {
+    throw new Error(`the html preview is not inert: ${JSON.stringify({ sandbox, greeting, leaked, inPanel })}`);
+  }
+  log('html-sandboxed', { sandbox, greeting, leaked, artifactId });
+  await page.screenshot({ path: path.join(shots, 'panel-artifacts-light.png') });
+
+  // Download the shown version through the download route.
+  const [download] = await Promise.all([
+    page.waitForEvent('download', { timeout: TIMEOUT }),
+    page.locator('.jp-Kaizen-download').click()
+  ]);
+  const downloaded = await fs.readFile(await download.path(), 'utf8');
+  if (!downloaded.includes('Hello from the artifact')) {
+    throw new Error('the download is not the artifact');
+  }
+  const route = await page.evaluate(
+    async ({ base, id, conversationId }) => {
+      const token = JSON.parse(document.getElementById('jupyter-config-data').textContent).token;
+      const response = await fetch(
+        `${base}kaizen/api/artifacts/${id}/download?conversation_id=${conversationId}`,
+        { headers: token ? { Authorization: `token ${token}` } : {} }
+      );
+      return {
+        status: response.status,
+        disposition: response.headers.get('content-disposition'),
+        type: response.headers.get('content-type')
+      };
+    },
+    { base, id: artifactId, conversationId }
+  );
+  log('downloaded', { filename: download.suggestedFilename(), route });
+
+  // A second version (the agent updates the page by its id): the pane follows the latest;
+  // picking version 1 shows the first again.
+  const fake = process.env.KAIZEN_E2E_FAKE_URL;
+  const loaded = await fetch(`${fake}/_fake/scenario`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify([
+      {
+        match: 'revise the page',
+        responses: [
+          { tool_calls: [{ name: 'update_artifact', arguments: { artifact_id: artifactId, content: '<h1 id="greeting">Second version</h1>' } }] },
+          { text: 'Revised the page.' }
+        ]
+      },
+      { responses: [{ text: 'Default answer.' }] }
+    ])
+  });
+  if (!loaded.ok) {
+    throw new Error(`the fake model refused the scenario: ${loaded.status}`);
+  }
+  await send(page, 'revise the page');
+  await page.locator('.jp-Kaizen-artifactPreview[data-kind="html"][data-version="2"]').waitFor({ timeout: TIMEOUT });
+  await frame.getByText('Second version').waitFor({ timeout: TIMEOUT });
+  await page.getByLabel('Version').selectOption('1');
+  await page.locator('.jp-Kaizen-artifactPreview[data-kind="html"][data-version="1"]').waitFor({ timeout: TIMEOUT });
+  await frame.getByText('Hello from the artifact').waitFor({ timeout: TIMEOUT });
+  log('versions', { versions: await page.getByLabel('Version').locator('option').allInnerTexts() });
+
+  // The Markdown note: JupyterLab's sanitizing renderer, in the panel; its script is gone.
+  await page.locator('.jp-Kaizen-artifactItem', { hasText: 'Notes' }).click();
+  const note = page.locator('.jp-Kaizen-artifactPreview[data-kind="markdown"] .jp-RenderedMarkdown');
+  await note.locator('h1').waitFor({ timeout: TIMEOUT });
+  const noteText = await note.innerText();
+  const noteScripts = await note.locator('script').count();
+  const injected = await page.evaluate(() => window.__kaizenInjected === true);
+  if (noteScripts || injected || !noteText.includes('A bold point')) {
+    throw new Error(`the markdown preview is not sanitized: ${JSON.stringify({ noteScripts, injected })}`);
+  }
+  log('markdown-rendered', { heading: await note.locator('h1').innerText() });
+
+  // The svg: the same sandboxed frame.
+  await page.locator('.jp-Kaizen-artifactItem', { hasText: 'Chart' }).click();
+  const svgFrame = page.locator('.jp-Kaizen-artifactPreview[data-kind="svg"] iframe');
+  await svgFrame.waitFor({ timeout: TIMEOUT });
+  await page.frameLocator('.jp-Kaizen-artifactPreview[data-kind="svg"] iframe').locator('svg circle').waitFor({ timeout: TIMEOUT });
+  log('svg-sandboxed', { sandbox: await svgFrame.getAttribute('sandbox') });
+
+  // A governed result (fixtures): markings, a native table, a result_ref only labelled,
+  // and never a frame; nothing fetches the reference.
+  const requested = [];
+  page.on('request', request => requested.push(request.url()));
+  const governed = (id, envelope) => ({
+    id, owner: member, version: 1, latest_version: 1, kind: 'code', language: 'renderable-artifact',
+    title: envelope.title, mime: 'application/vnd.kaizen.renderable+json', digest: 'e'.repeat(64),
+    size: 300, author: member, conversation_id: conversationId, room_id: null, governed: true,
+    derived_from: null, created_at: new Date().toISOString()
+  });
+  const tableEnvelope = {
+    version: 2, renderer: 'table', title: 'Governed rows', text_fallback: '2 rows',
+    markings: { overall: 'UNCLASSIFIED', portions: { b: 'CUI' } }, provenance: { job: 'j-7' },
+    result: { columns: ['a', 'b'], rows: [[1, '<img src=x onerror="window.__kaizenInjected=true">'], [2, 'two']] }
+  };
+  const refEnvelope = {
+    version: 2, renderer: 'iframe_html', title: 'Governed reference', text_fallback: '<b>12 rows</b> elsewhere',
+    markings: { overall: 'UNCLASSIFIED' }, provenance: { job: 'j-8' },
+    result_ref: { id: 'jobs:j-8:result', sha256: 'ab'.repeat(32) }
+  };
+  const fixtures = {
+    'gov-table': { ...governed('gov-table', tableEnvelope), content: JSON.stringify(tableEnvelope), versions: [1] },
+    'gov-ref': { ...governed('gov-ref', refEnvelope), content: JSON.stringify(refEnvelope), versions: [1] }
+  };
+  const isListing = url => url.pathname.endsWith('/kaizen/api/artifacts');
+  await page.route(isListing, async route => {
+    const response = await route.fetch();
+    const real = await response.json();
+    const listing = Object.values(fixtures).map(({ content, versions, ...rest }) => rest);
+    await route.fulfill({ json: [...listing, ...real] });
+  });
+  await page.route(url => /\/kaizen\/api\/artifacts\/gov-(table|ref)$/.test(url.pathname), route => {
+    const id = new URL(route.request().url()).pathname.split('/').at(-1);
+    return route.fulfill({ json: fixtures[id] });
+  });
+  await page.locator('.jp-Kaizen-artifactsBar button').click();
+  await page.locator('.jp-Kaizen-artifactItem', { hasText: 'Governed rows' }).click();
+  const table = page.locator('.jp-Kaizen-artifactPreview .jp-Kaizen-governed[data-governed="table"] table');
+  await table.waitFor({ timeout: TIMEOUT });
+  const cells = await table.locator('td').allInnerTexts();
+  const markings = await page.locator('.jp-Kaizen-markings').innerText();
+  await page.screenshot({ path: path.join(shots, 'panel-artifacts-governed.png') });
+  await page.locator('.jp-Kaizen-artifactItem', { hasText: 'Governed reference' }).click();
+  const fallback = page.locator('.jp-Kaizen-artifactPreview .jp-Kaizen-textFallback');
+  await fallback.waitFor({ timeout: TIMEOUT });
+  const fallbackText = await fallback.innerText();
+  const frames = await page.locator('.jp-Kaizen-artifactPreview iframe').count();
+  const refFetched = requested.some(u => u.includes('j-8'));
+  const scriptRan = await page.evaluate(
+    () => window.__kaizenInjected === true || window.__kaizenFrameScript === true
+  );
+  if (frames || refFetched || scriptRan || fallbackText !== '<b>12 rows</b> elsewhere') {
+    throw new Error(`the governed view is not inert: ${JSON.stringify({ frames, refFetched, scriptRan, fallbackText })}`);
+  }
+  log('governed-native', {
+    cells,
+    markings,
+    fallback: fallbackText,
+    ref: await page.locator('.jp-Kaizen-resultRef').innerText(),
+    frames,
+    scriptRan
+  });
+
+  // The dark theme: the pane follows JupyterLab's variables.
+  await page.unroute(isListing);
+  await setTheme(page, 'JupyterLab Dark');
+  await openPanel(page);
+  await page.locator(`.jp-Kaizen-conversation[data-conversation-id="${conversationId}"]`).click();
+  await page.getByRole('tab', { name: 'Artifacts (3)' }).click();
+  await page.locator('.jp-Kaizen-artifactItem', { hasText: 'Demo page' }).click();
+  await page.locator('.jp-Kaizen-artifactPreview[data-kind="html"] iframe').waitFor({ timeout: TIMEOUT });
+  const darkBackground = await page.locator('.jp-Kaizen-artifacts').evaluate(
+    el => getComputedStyle(el.closest('.jp-Kaizen-panel')).backgroundColor
+  );
+  await page.screenshot({ path: path.join(shots, 'panel-artifacts-dark.png') });
+  log('artifacts-dark', { background: darkBackground });
+  return { conversationId, artifactId };
+}
+
 const browser = await chromium.launch({
   executablePath,
   args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking']
@@ -360,220 +639,236 @@ try {
 
   await openPanel(page);
   log('panel-open');
-
-  // New chat with the agent picker.
-  const picker = page.locator('.jp-Kaizen-newChat select');
-  await page.waitForFunction(
-    () => document.querySelectorAll('.jp-Kaizen-newChat select option').length > 0,
-    null,
-    { timeout: TIMEOUT }
-  );
-  await picker.selectOption('general');
-  await page.locator('.jp-Kaizen-newChat input[placeholder="New conversation"]').fill('E2E chat');
-  await page.getByRole('button', { name: 'New chat' }).click();
-  await page.locator('.jp-Kaizen-chat').waitFor({ timeout: TIMEOUT });
-  await page.locator('.jp-Kaizen-feed[data-phase="live"]').waitFor({ timeout: TIMEOUT });
-  const conversationId = await page.locator('.jp-Kaizen-chat').getAttribute('data-conversation-id');
-  log('conversation-created', { conversationId });
-
-  // 1. A streamed answer: live text first, then the committed answer in place.
-  await send(page, 'stream please');
-  // Live thinking first, collapsed under the run; expanding it shows the streamed text.
-  const thinking = page.locator('.jp-Kaizen-thinking');
-  await thinking.waitFor({ timeout: TIMEOUT });
-  if (await thinking.evaluate(el => el.open)) {
-    throw new Error('thinking is not collapsed');
-  }
-  await thinking.locator('summary').click();
-  await page.waitForFunction(
-    () => document.querySelector('.jp-Kaizen-thinkingText')?.textContent?.includes('Let me think'),
-    null,
-    { timeout: TIMEOUT }
-  );
-  const thinkingText = await thinking.locator('.jp-Kaizen-thinkingText').innerText();
-  await page.locator('.jp-Kaizen-answer[data-committed="false"]').first().waitFor({ timeout: TIMEOUT });
-  const partial = await page.locator('.jp-Kaizen-answer[data-committed="false"]').first().innerText();
-  log('streaming-seen', { partial });
-  const committed = page.locator('.jp-Kaizen-answer[data-committed="true"]').first();
-  await committed.waitFor({ timeout: TIMEOUT });
-  await page.waitForFunction(
-    () => document.querySelector('.jp-Kaizen-answer[data-committed="true"]')?.textContent?.includes('streamed to the end'),
-    null,
-    { timeout: TIMEOUT }
-  );
-  log('committed-seen', { text: await committed.innerText() });
-  const meta = await committed.locator('.jp-Kaizen-answerMeta').innerText();
-  for (const part of ['General', 'fake-model', '48 tokens (40 in, 8 out)', '$0.0012']) {
-    if (!meta.includes(part)) {
-      throw new Error(`answer usage line lacks ${part}: ${meta}`);
+  if (scenario === 'kernel-console') {
+    log('kernel-console', await kernelConsole(page));
+    if (errors.length) {
+      throw new Error(`page errors: ${errors.join(' | ').slice(0, 500)}`);
     }
-  }
-  const usageTotal = await page.locator('.jp-Kaizen-usageTotal').innerText();
-  if (!usageTotal.includes('48 tokens')) {
-    throw new Error(`conversation usage: ${usageTotal}`);
-  }
-  if (await page.locator('.jp-Kaizen-thinking').count()) {
-    throw new Error('thinking is still shown after the run ended');
-  }
-  log('usage-seen', { meta, usageTotal, thinking: thinkingText });
-  const live = await page.locator('.jp-Kaizen-srOnly[aria-live="polite"]').innerText();
-  if (!live.includes('streamed to the end')) {
-    throw new Error(`aria-live region did not announce the answer: ${JSON.stringify(live)}`);
-  }
+    log('done', {});
+  } else if (scenario === 'artifacts') {
+    const me = await (
+      await fetch(`${base}kaizen/api/members/me`, { headers: { Authorization: `token ${token}` } })
+    ).json();
+    const result = await artifactsPane(page, me.member);
+    if (errors.length) {
+      throw new Error(`page errors: ${errors.join(' | ').slice(0, 500)}`);
+    }
+    log('done', result);
+  } else {
+    // New chat with the agent picker.
+    const picker = page.locator('.jp-Kaizen-newChat select');
+    await page.waitForFunction(
+      () => document.querySelectorAll('.jp-Kaizen-newChat select option').length > 0,
+      null,
+      { timeout: TIMEOUT }
+    );
+    await picker.selectOption('general');
+    await page.locator('.jp-Kaizen-newChat input[placeholder="New conversation"]').fill('E2E chat');
+    await page.getByRole('button', { name: 'New chat' }).click();
+    await page.locator('.jp-Kaizen-chat').waitFor({ timeout: TIMEOUT });
+    await page.locator('.jp-Kaizen-feed[data-phase="live"]').waitFor({ timeout: TIMEOUT });
+    const conversationId = await page.locator('.jp-Kaizen-chat').getAttribute('data-conversation-id');
+    log('conversation-created', { conversationId });
 
-  // 2. A tool call in the timeline, expandable.
-  await send(page, 'who can help');
-  const tool = page.locator('.jp-Kaizen-tool[data-tool="list_available_agents"][data-outcome="ok"]');
-  await tool.waitFor({ timeout: TIMEOUT });
-  await tool.locator('summary').click();
-  const detail = await tool.locator('.jp-Kaizen-toolDetail').innerText();
-  if (!detail.includes('general')) {
-    throw new Error(`tool result not shown: ${detail.slice(0, 200)}`);
+    // 1. A streamed answer: live text first, then the committed answer in place.
+    await send(page, 'stream please');
+    // Live thinking first, collapsed under the run; expanding it shows the streamed text.
+    const thinking = page.locator('.jp-Kaizen-thinking');
+    await thinking.waitFor({ timeout: TIMEOUT });
+    if (await thinking.evaluate(el => el.open)) {
+      throw new Error('thinking is not collapsed');
+    }
+    await thinking.locator('summary').click();
+    await page.waitForFunction(
+      () => document.querySelector('.jp-Kaizen-thinkingText')?.textContent?.includes('Let me think'),
+      null,
+      { timeout: TIMEOUT }
+    );
+    const thinkingText = await thinking.locator('.jp-Kaizen-thinkingText').innerText();
+    await page.locator('.jp-Kaizen-answer[data-committed="false"]').first().waitFor({ timeout: TIMEOUT });
+    const partial = await page.locator('.jp-Kaizen-answer[data-committed="false"]').first().innerText();
+    log('streaming-seen', { partial });
+    const committed = page.locator('.jp-Kaizen-answer[data-committed="true"]').first();
+    await committed.waitFor({ timeout: TIMEOUT });
+    await page.waitForFunction(
+      () => document.querySelector('.jp-Kaizen-answer[data-committed="true"]')?.textContent?.includes('streamed to the end'),
+      null,
+      { timeout: TIMEOUT }
+    );
+    log('committed-seen', { text: await committed.innerText() });
+    const meta = await committed.locator('.jp-Kaizen-answerMeta').innerText();
+    for (const part of ['General', 'fake-model', '48 tokens (40 in, 8 out)', '$0.0012']) {
+      if (!meta.includes(part)) {
+        throw new Error(`answer usage line lacks ${part}: ${meta}`);
+      }
+    }
+    const usageTotal = await page.locator('.jp-Kaizen-usageTotal').innerText();
+    if (!usageTotal.includes('48 tokens')) {
+      throw new Error(`conversation usage: ${usageTotal}`);
+    }
+    if (await page.locator('.jp-Kaizen-thinking').count()) {
+      throw new Error('thinking is still shown after the run ended');
+    }
+    log('usage-seen', { meta, usageTotal, thinking: thinkingText });
+    const live = await page.locator('.jp-Kaizen-srOnly[aria-live="polite"]').innerText();
+    if (!live.includes('streamed to the end')) {
+      throw new Error(`aria-live region did not announce the answer: ${JSON.stringify(live)}`);
+    }
+
+    // 2. A tool call in the timeline, expandable.
+    await send(page, 'who can help');
+    const tool = page.locator('.jp-Kaizen-tool[data-tool="list_available_agents"][data-outcome="ok"]');
+    await tool.waitFor({ timeout: TIMEOUT });
+    await tool.locator('summary').click();
+    const detail = await tool.locator('.jp-Kaizen-toolDetail').innerText();
+    if (!detail.includes('general')) {
+      throw new Error(`tool result not shown: ${detail.slice(0, 200)}`);
+    }
+    await page.waitForFunction(
+      () => [...document.querySelectorAll('.jp-Kaizen-answer[data-committed="true"]')].some(n => n.textContent.includes('General and Search')),
+      null,
+      { timeout: TIMEOUT }
+    );
+    log('tool-seen', { summary: await tool.locator('summary').innerText() });
+
+    // 3. Markdown with a code block gets copy / insert actions; model HTML is not executed.
+    await send(page, 'show code');
+    const code = page.locator('.jp-Kaizen-answer[data-committed="true"] .jp-Kaizen-code').first();
+    await code.waitFor({ timeout: TIMEOUT });
+    await code.getByRole('button', { name: 'Copy' }).waitFor();
+    await code.getByRole('button', { name: 'Insert into notebook' }).waitFor();
+    const injected = await page.evaluate(() => window.__kaizenInjected === true);
+    const scripts = await page.locator('.jp-Kaizen-answer script, .jp-Kaizen-answer [onerror]').count();
+    if (injected || scripts) {
+      throw new Error('model-authored HTML was executed or kept active');
+    }
+    log('markdown-seen');
+
+    // "Insert into notebook": refused without a notebook, then a new cell below the active one.
+    await code.getByRole('button', { name: 'Insert into notebook' }).click();
+    await code.locator('.jp-Kaizen-codeStatus', { hasText: 'Open a notebook first.' }).waitFor();
+    await page.locator('.jp-LauncherCard[data-category="Notebook"]').first().click();
+    await page.locator('.jp-NotebookPanel .jp-Cell').first().waitFor({ timeout: TIMEOUT });
+    await code.getByRole('button', { name: 'Insert into notebook' }).click();
+    await page.waitForFunction(
+      () => [...document.querySelectorAll('.jp-NotebookPanel .jp-Cell')].some(c => c.textContent.includes('print(math.pi)')),
+      null,
+      { timeout: TIMEOUT }
+    );
+    log('inserted-into-notebook', { cells: await page.locator('.jp-NotebookPanel .jp-Cell').count() });
+
+    // "Ask Kaizen about this cell / selection": in the cell context menu; by its shortcut
+    // (Alt+K) with a selection in the editor, a dialog asks the question, and the message
+    // (selection + notebook path + cell index and id) goes into the open conversation.
+    const askCell = page.locator('.jp-NotebookPanel .jp-Cell', { hasText: 'print(math.pi)' }).first();
+    await askCell.click({ button: 'right', position: { x: 8, y: 8 }, force: true });
+    await page.locator('.lm-Menu-item', { hasText: 'Ask Kaizen About This Cell' }).waitFor({ timeout: TIMEOUT });
+    await page.keyboard.press('Escape');
+    await askCell.locator('.cm-content').click();
+    await page.keyboard.press('Control+End');
+    await page.keyboard.press('Shift+Home');
+    await page.keyboard.press('Alt+k');
+    const dialog = page.locator('.jp-Dialog');
+    await dialog.waitFor({ timeout: TIMEOUT });
+    const dialogText = await dialog.innerText();
+    if (!dialogText.includes('selection on line 2')) {
+      throw new Error(`ask dialog: ${dialogText}`);
+    }
+    await page.keyboard.type('What does this print?');
+    await page.keyboard.press('Enter');
+    await page.waitForFunction(
+      () => [...document.querySelectorAll('.jp-Kaizen-answer[data-committed="true"]')].some(n => n.textContent.includes('It prints pi')),
+      null,
+      { timeout: TIMEOUT }
+    );
+    const asked = await page.locator('.jp-Kaizen-run').last().locator('.jp-Kaizen-inputText').innerText();
+    log('ask-about-cell', { asked });
+
+    // 4. Busy room: a slow run, a queued message, then Stop.
+    await send(page, 'slow answer');
+    await page.locator('.jp-Kaizen-run[data-status="running"] .jp-Kaizen-stop').waitFor({ timeout: TIMEOUT });
+    await send(page, 'queued after slow');
+    await page.locator('.jp-Kaizen-queueItem').first().waitFor({ timeout: TIMEOUT });
+    log('queue-seen', { queued: await page.locator('.jp-Kaizen-queueItem').count() });
+    await page.screenshot({ path: path.join(shots, 'panel-light-busy.png') });
+    await page.locator('.jp-Kaizen-run[data-status="running"] .jp-Kaizen-stop').click();
+    await page.locator('.jp-Kaizen-run[data-status="cancelled"]').waitFor({ timeout: TIMEOUT });
+    await page.waitForFunction(
+      () => document.querySelectorAll('.jp-Kaizen-queueItem').length === 0,
+      null,
+      { timeout: TIMEOUT }
+    );
+    await page.waitForFunction(
+      () => [...document.querySelectorAll('.jp-Kaizen-answer[data-committed="true"]')].some(n => n.textContent.includes('Answered in order')),
+      null,
+      { timeout: TIMEOUT }
+    );
+    log('stop-and-dequeue');
+    await page.screenshot({ path: path.join(shots, 'panel-light.png') });
+    const runsBefore = await page.locator('.jp-Kaizen-run').count();
+    const answersBefore = await page.locator('.jp-Kaizen-answer').count();
+
+    // 5. Reload (dark theme): the journal reloads page by page, nothing twice, nothing missing.
+    await setTheme(page, 'JupyterLab Dark');
+    await openPanel(page);
+    const entry = page.locator(`.jp-Kaizen-conversation[data-conversation-id="${conversationId}"]`);
+    await entry.waitFor({ timeout: TIMEOUT });
+    await page.screenshot({ path: path.join(shots, 'panel-list-dark.png') });
+    await entry.click();
+    await page.locator('.jp-Kaizen-feed[data-phase="live"]').waitFor({ timeout: TIMEOUT });
+    await page.waitForFunction(
+      n => document.querySelectorAll('.jp-Kaizen-run').length >= n,
+      runsBefore,
+      { timeout: TIMEOUT }
+    );
+    const runsAfter = await page.locator('.jp-Kaizen-run').count();
+    const answersAfter = await page.locator('.jp-Kaizen-answer').count();
+    if (runsAfter !== runsBefore || answersAfter !== answersBefore) {
+      throw new Error(`after reload ${runsAfter}/${answersAfter} runs/answers, before ${runsBefore}/${answersBefore}`);
+    }
+    const dark = await page.evaluate(() => document.body.dataset.jpThemeLight);
+    log('reloaded', { runs: runsAfter, answers: answersAfter, themeLight: dark });
+    await page.locator('.jp-Kaizen-tool summary').first().click();
+    await page.screenshot({ path: path.join(shots, 'panel-dark.png') });
+    await setTheme(page, 'JupyterLab Light');
+
+    // 6. Keyboard only: Tab reaches the composer, Enter sends.
+    await page.locator('.jp-Kaizen-chatTitle').focus();
+    let reached = false;
+    for (let i = 0; i < 40 && !reached; i++) {
+      await page.keyboard.press('Tab');
+      reached = await page.evaluate(() => document.activeElement?.classList.contains('jp-Kaizen-textarea'));
+    }
+    if (!reached) {
+      throw new Error('the composer is not reachable with Tab');
+    }
+    await page.keyboard.type('say hello');
+    await page.keyboard.press('Shift+Enter');
+    await page.keyboard.type('(keyboard)');
+    await page.keyboard.press('Enter');
+    await page.waitForFunction(
+      () => [...document.querySelectorAll('.jp-Kaizen-answer[data-committed="true"]')].some(n => n.textContent.includes('Hello from the model')),
+      null,
+      { timeout: TIMEOUT }
+    );
+    log('keyboard-send');
+
+    const me = await (
+      await fetch(`${base}kaizen/api/members/me`, { headers: { Authorization: `token ${token}` } })
+    ).json();
+    const socketUrls = await approvalFixture(context, me.member);
+    log('approval-fixture', { socketAfter: socketUrls });
+
+    const perf = await longConversation(context, me.member);
+    log('long-conversation', perf);
+
+    log('settings-editor', { approvalMode: await settingsEditor(page) });
+
+    if (errors.length) {
+      throw new Error(`page errors: ${errors.join(' | ').slice(0, 500)}`);
+    }
+    log('done', { conversationId });
   }
-  await page.waitForFunction(
-    () => [...document.querySelectorAll('.jp-Kaizen-answer[data-committed="true"]')].some(n => n.textContent.includes('General and Search')),
-    null,
-    { timeout: TIMEOUT }
-  );
-  log('tool-seen', { summary: await tool.locator('summary').innerText() });
-
-  // 3. Markdown with a code block gets copy / insert actions; model HTML is not executed.
-  await send(page, 'show code');
-  const code = page.locator('.jp-Kaizen-answer[data-committed="true"] .jp-Kaizen-code').first();
-  await code.waitFor({ timeout: TIMEOUT });
-  await code.getByRole('button', { name: 'Copy' }).waitFor();
-  await code.getByRole('button', { name: 'Insert into notebook' }).waitFor();
-  const injected = await page.evaluate(() => window.__kaizenInjected === true);
-  const scripts = await page.locator('.jp-Kaizen-answer script, .jp-Kaizen-answer [onerror]').count();
-  if (injected || scripts) {
-    throw new Error('model-authored HTML was executed or kept active');
-  }
-  log('markdown-seen');
-
-  // "Insert into notebook": refused without a notebook, then a new cell below the active one.
-  await code.getByRole('button', { name: 'Insert into notebook' }).click();
-  await code.locator('.jp-Kaizen-codeStatus', { hasText: 'Open a notebook first.' }).waitFor();
-  await page.locator('.jp-LauncherCard[data-category="Notebook"]').first().click();
-  await page.locator('.jp-NotebookPanel .jp-Cell').first().waitFor({ timeout: TIMEOUT });
-  await code.getByRole('button', { name: 'Insert into notebook' }).click();
-  await page.waitForFunction(
-    () => [...document.querySelectorAll('.jp-NotebookPanel .jp-Cell')].some(c => c.textContent.includes('print(math.pi)')),
-    null,
-    { timeout: TIMEOUT }
-  );
-  log('inserted-into-notebook', { cells: await page.locator('.jp-NotebookPanel .jp-Cell').count() });
-
-  // "Ask Kaizen about this cell / selection": in the cell context menu; by its shortcut
-  // (Alt+K) with a selection in the editor, a dialog asks the question, and the message
-  // (selection + notebook path + cell index and id) goes into the open conversation.
-  const askCell = page.locator('.jp-NotebookPanel .jp-Cell', { hasText: 'print(math.pi)' }).first();
-  await askCell.click({ button: 'right', position: { x: 8, y: 8 }, force: true });
-  await page.locator('.lm-Menu-item', { hasText: 'Ask Kaizen About This Cell' }).waitFor({ timeout: TIMEOUT });
-  await page.keyboard.press('Escape');
-  await askCell.locator('.cm-content').click();
-  await page.keyboard.press('Control+End');
-  await page.keyboard.press('Shift+Home');
-  await page.keyboard.press('Alt+k');
-  const dialog = page.locator('.jp-Dialog');
-  await dialog.waitFor({ timeout: TIMEOUT });
-  const dialogText = await dialog.innerText();
-  if (!dialogText.includes('selection on line 2')) {
-    throw new Error(`ask dialog: ${dialogText}`);
-  }
-  await page.keyboard.type('What does this print?');
-  await page.keyboard.press('Enter');
-  await page.waitForFunction(
-    () => [...document.querySelectorAll('.jp-Kaizen-answer[data-committed="true"]')].some(n => n.textContent.includes('It prints pi')),
-    null,
-    { timeout: TIMEOUT }
-  );
-  const asked = await page.locator('.jp-Kaizen-run').last().locator('.jp-Kaizen-inputText').innerText();
-  log('ask-about-cell', { asked });
-
-  // 4. Busy room: a slow run, a queued message, then Stop.
-  await send(page, 'slow answer');
-  await page.locator('.jp-Kaizen-run[data-status="running"] .jp-Kaizen-stop').waitFor({ timeout: TIMEOUT });
-  await send(page, 'queued after slow');
-  await page.locator('.jp-Kaizen-queueItem').first().waitFor({ timeout: TIMEOUT });
-  log('queue-seen', { queued: await page.locator('.jp-Kaizen-queueItem').count() });
-  await page.screenshot({ path: path.join(shots, 'panel-light-busy.png') });
-  await page.locator('.jp-Kaizen-run[data-status="running"] .jp-Kaizen-stop').click();
-  await page.locator('.jp-Kaizen-run[data-status="cancelled"]').waitFor({ timeout: TIMEOUT });
-  await page.waitForFunction(
-    () => document.querySelectorAll('.jp-Kaizen-queueItem').length === 0,
-    null,
-    { timeout: TIMEOUT }
-  );
-  await page.waitForFunction(
-    () => [...document.querySelectorAll('.jp-Kaizen-answer[data-committed="true"]')].some(n => n.textContent.includes('Answered in order')),
-    null,
-    { timeout: TIMEOUT }
-  );
-  log('stop-and-dequeue');
-  await page.screenshot({ path: path.join(shots, 'panel-light.png') });
-  const runsBefore = await page.locator('.jp-Kaizen-run').count();
-  const answersBefore = await page.locator('.jp-Kaizen-answer').count();
-
-  // 5. Reload (dark theme): the journal reloads page by page, nothing twice, nothing missing.
-  await setTheme(page, 'JupyterLab Dark');
-  await openPanel(page);
-  const entry = page.locator(`.jp-Kaizen-conversation[data-conversation-id="${conversationId}"]`);
-  await entry.waitFor({ timeout: TIMEOUT });
-  await page.screenshot({ path: path.join(shots, 'panel-list-dark.png') });
-  await entry.click();
-  await page.locator('.jp-Kaizen-feed[data-phase="live"]').waitFor({ timeout: TIMEOUT });
-  await page.waitForFunction(
-    n => document.querySelectorAll('.jp-Kaizen-run').length >= n,
-    runsBefore,
-    { timeout: TIMEOUT }
-  );
-  const runsAfter = await page.locator('.jp-Kaizen-run').count();
-  const answersAfter = await page.locator('.jp-Kaizen-answer').count();
-  if (runsAfter !== runsBefore || answersAfter !== answersBefore) {
-    throw new Error(`after reload ${runsAfter}/${answersAfter} runs/answers, before ${runsBefore}/${answersBefore}`);
-  }
-  const dark = await page.evaluate(() => document.body.dataset.jpThemeLight);
-  log('reloaded', { runs: runsAfter, answers: answersAfter, themeLight: dark });
-  await page.locator('.jp-Kaizen-tool summary').first().click();
-  await page.screenshot({ path: path.join(shots, 'panel-dark.png') });
-  await setTheme(page, 'JupyterLab Light');
-
-  // 6. Keyboard only: Tab reaches the composer, Enter sends.
-  await page.locator('.jp-Kaizen-chatTitle').focus();
-  let reached = false;
-  for (let i = 0; i < 40 && !reached; i++) {
-    await page.keyboard.press('Tab');
-    reached = await page.evaluate(() => document.activeElement?.classList.contains('jp-Kaizen-textarea'));
-  }
-  if (!reached) {
-    throw new Error('the composer is not reachable with Tab');
-  }
-  await page.keyboard.type('say hello');
-  await page.keyboard.press('Shift+Enter');
-  await page.keyboard.type('(keyboard)');
-  await page.keyboard.press('Enter');
-  await page.waitForFunction(
-    () => [...document.querySelectorAll('.jp-Kaizen-answer[data-committed="true"]')].some(n => n.textContent.includes('Hello from the model')),
-    null,
-    { timeout: TIMEOUT }
-  );
-  log('keyboard-send');
-
-  const me = await (
-    await fetch(`${base}kaizen/api/members/me`, { headers: { Authorization: `token ${token}` } })
-  ).json();
-  const socketUrls = await approvalFixture(context, me.member);
-  log('approval-fixture', { socketAfter: socketUrls });
-
-  const perf = await longConversation(context, me.member);
-  log('long-conversation', perf);
-
-  log('settings-editor', { approvalMode: await settingsEditor(page) });
-
-  if (errors.length) {
-    throw new Error(`page errors: ${errors.join(' | ').slice(0, 500)}`);
-  }
-  log('done', { conversationId });
 } catch (error) {
   console.log(JSON.stringify({ step: 'failed', error: String(error?.stack ?? error).slice(0, 2000) }));
   try {

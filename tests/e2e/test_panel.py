@@ -149,3 +149,163 @@ def test_panel_end_to_end(node: str, lab_server: ServerProcess, tmp_path: Path) 
     terminals = [e["data"]["status"] for e in page["events"] if e["type"] == "run.terminal"]
     assert terminals.count("cancelled") == 1
     assert len(terminals) == len(SENT)
+
+
+CONSOLE_SCRIPTS: list[dict[str, Any]] = [
+    {"match": "keep x in the kernel", "responses": [
+        {"tool_calls": [{"name": "run_code", "arguments": {
+            "code": "x = 41", "language": "python", "persistent": True,
+            "artifact_targets": []}}]},
+        {"text": "x is in the kernel."}]},
+    {"responses": [{"text": "Default answer."}]},
+]
+
+
+@pytest.fixture
+def kernel_lab_server(node: str, tmp_path: Path) -> Iterator[ServerProcess]:
+    """A JupyterLab server whose run_code kernels start (one warm), for the console."""
+    fake = FakeOpenAI(CONSOLE_SCRIPTS)
+    root = tmp_path / "server"
+    settings = root / "config" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    server = start_server(root, sqlite_url_for(root / "kaizen.db"), None, extra_env={
+        "KAIZEN_MODEL_BASE_URL": fake.base_url, "KAIZEN_MODEL": "fake-model",
+        "KAIZEN_KERNEL_POOL_SIZE": "1",
+    })
+    try:
+        yield server
+    finally:
+        server.stop()
+        fake.close()
+
+
+@pytest.mark.timeout(300)
+def test_panel_opens_the_persistent_kernel_as_a_console(
+        node: str, kernel_lab_server: ServerProcess, tmp_path: Path) -> None:
+    shots = Path(os.environ.get("KAIZEN_E2E_SCREENSHOTS", tmp_path / "screenshots"))
+    shots.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "KAIZEN_E2E_BASE_URL": kernel_lab_server.base_url,
+           "KAIZEN_E2E_TOKEN": SERVER_TOKEN, "KAIZEN_E2E_SCREENSHOTS": str(shots),
+           "KAIZEN_E2E_CHROMIUM": CHROMIUM, "KAIZEN_E2E_SCENARIO": "kernel-console"}
+    owner = {"Authorization": f"token {SERVER_TOKEN}"}
+    put = httpx.put(kernel_lab_server.base_url + "kaizen/api/members/me/settings",
+                    headers=owner, json={"approval_mode": "never_ask"}, timeout=30)
+    assert put.status_code == 200, put.text
+    result = subprocess.run([node, str(DRIVER)], env=env, capture_output=True, text=True,
+                            timeout=240, cwd=REPO)
+    steps = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    report = "\n".join(result.stdout.splitlines()[-20:]) + "\n" + result.stderr[-2000:]
+    assert result.returncode == 0, (
+        f"driver failed (screenshots in {shots}):\n{report}\n--- server log ---\n"
+        f"{kernel_lab_server.log()[-3000:]}")
+    assert steps[-1]["step"] == "done", report
+    [disabled] = [s for s in steps if s["step"] == "console-disabled-without-kernel"]
+    assert "No persistent run_code kernel" in disabled["hint"]
+    [opened] = [s for s in steps if s["step"] == "kernel-console"]
+    # The console's session is on the member's run_code kernel, listed by the kernels API.
+    assert opened["kernelId"] and opened["kernelId"] in opened["kernels"], opened
+    assert (shots / "panel-kernel-console.png").exists()
+
+
+# The page's script would retitle it and flag the parent window; the sandbox stops both.
+ARTIFACT_PAGE = (
+    "<!doctype html><title>Demo</title><h1 id=\"greeting\">Hello from the artifact</h1>"
+    "<script>document.getElementById('greeting').textContent = 'SCRIPT RAN';"
+    "try { parent.__kaizenFrameScript = true } catch (e) {}</script>"
+    "<img src=\"x\" onerror=\"parent.__kaizenFrameScript = true\">"
+)
+ARTIFACT_NOTE = ("# Notes\n\n- **A bold point**\n\n"
+                 "<script>window.__kaizenInjected = true</script>\n")
+ARTIFACT_SVG = ("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"120\" height=\"60\">"
+                "<circle cx=\"30\" cy=\"30\" r=\"20\" fill=\"teal\"/>"
+                "<script>parent.__kaizenFrameScript = true</script></svg>")
+
+ARTIFACT_SCRIPTS: list[dict[str, Any]] = [
+    {"match": "make the artifacts", "responses": [
+        {"tool_calls": [
+            {"name": "create_artifact", "arguments": {
+                "title": "Demo page", "kind": "html", "content": ARTIFACT_PAGE}},
+            {"name": "create_artifact", "arguments": {
+                "title": "Notes", "kind": "markdown", "content": ARTIFACT_NOTE}},
+            {"name": "create_artifact", "arguments": {
+                "title": "Chart", "kind": "svg", "content": ARTIFACT_SVG}}]},
+        {"text": "Made three artifacts."}]},
+    {"responses": [{"text": "Default answer."}]},
+]
+
+
+@pytest.fixture
+def artifacts_lab_server(node: str, tmp_path: Path) -> Iterator[tuple[ServerProcess, FakeOpenAI]]:
+    fake = FakeOpenAI(ARTIFACT_SCRIPTS)
+    root = tmp_path / "server"
+    settings = root / "config" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    server = start_server(root, sqlite_url_for(root / "kaizen.db"), None, extra_env={
+        "KAIZEN_MODEL_BASE_URL": fake.base_url, "KAIZEN_MODEL": "fake-model",
+    })
+    try:
+        yield server, fake
+    finally:
+        server.stop()
+        fake.close()
+
+
+@pytest.mark.rule("R-121")
+@pytest.mark.timeout(300)
+def test_panel_artifacts_pane(node: str, artifacts_lab_server: tuple[ServerProcess, FakeOpenAI],
+                              tmp_path: Path) -> None:
+    """The agent makes an html page, a Markdown note and an svg: the pane lists them, frames
+    the page and the svg with ``sandbox=""`` (their scripts never run), renders the note
+    through the sanitizer, follows a new version, downloads, and shows a governed result as
+    native text and a table only."""
+    server, fake = artifacts_lab_server
+    shots = Path(os.environ.get("KAIZEN_E2E_SCREENSHOTS", tmp_path / "screenshots"))
+    shots.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "KAIZEN_E2E_BASE_URL": server.base_url,
+           "KAIZEN_E2E_TOKEN": SERVER_TOKEN, "KAIZEN_E2E_SCREENSHOTS": str(shots),
+           "KAIZEN_E2E_CHROMIUM": CHROMIUM, "KAIZEN_E2E_SCENARIO": "artifacts",
+           "KAIZEN_E2E_FAKE_URL": fake.root_url}
+    owner = {"Authorization": f"token {SERVER_TOKEN}"}
+    put = httpx.put(server.base_url + "kaizen/api/members/me/settings", headers=owner,
+                    json={"approval_mode": "never_ask"}, timeout=30)
+    assert put.status_code == 200, put.text
+    result = subprocess.run([node, str(DRIVER)], env=env, capture_output=True, text=True,
+                            timeout=240, cwd=REPO)
+    steps = {s["step"]: s for s in (json.loads(line) for line in result.stdout.splitlines()
+                                    if line.startswith("{"))}
+    report = "\n".join(result.stdout.splitlines()[-20:]) + "\n" + result.stderr[-2000:]
+    assert result.returncode == 0 and "done" in steps, (
+        f"driver failed (screenshots in {shots}):\n{report}\n--- server log ---\n"
+        f"{server.log()[-3000:]}")
+
+    assert sorted(steps["artifacts-listed"]["titles"]) == ["Chart", "Demo page", "Notes"]
+    framed = steps["html-sandboxed"]
+    assert framed["sandbox"] == ""  # no allow-scripts, no allow-same-origin: no permission
+    assert framed["greeting"] == "Hello from the artifact"  # the page's script did not run
+    assert framed["leaked"] == {"parentFlag": False, "injected": False}
+    assert steps["svg-sandboxed"]["sandbox"] == ""
+    downloaded = steps["downloaded"]
+    assert downloaded["filename"] == "Demo page.html"
+    assert downloaded["route"]["status"] == 200
+    assert downloaded["route"]["disposition"].startswith("attachment;")
+    assert steps["versions"]["versions"] == ["1", "2 (latest)"]
+    assert steps["markdown-rendered"]["heading"] == "Notes"
+    governed = steps["governed-native"]
+    assert governed["frames"] == 0
+    # No script of any preview (page, note, svg, table cell) ran, in the frame or the panel.
+    assert governed["scriptRan"] is False
+    assert governed["cells"] == ["1", '<img src=x onerror="window.__kaizenInjected=true">',
+                                 "2", "two"]  # producer data as text nodes, not markup
+    assert governed["fallback"] == "<b>12 rows</b> elsewhere"
+    assert "jobs:j-8:result" in governed["ref"]
+    for shot in ("panel-artifacts-light.png", "panel-artifacts-governed.png",
+                 "panel-artifacts-dark.png"):
+        assert (shots / shot).exists(), shot
+
+    # The server holds exactly what the agent wrote: two versions of the page.
+    artifact_id = steps["done"]["artifactId"]
+    with httpx.Client(base_url=server.base_url, headers=owner, timeout=30) as api:
+        view = api.get(f"kaizen/api/artifacts/{artifact_id}").json()
+    assert view["versions"] == [1, 2] and view["content"].startswith("<h1 id=\"greeting\">Second")

@@ -25,8 +25,12 @@ import {
   transcriptRuns,
   usageSummary
 } from '../journal';
+import { ArtifactsModel } from '../artifactsModel';
+import { ConsoleLauncher, KernelConsoleModel } from '../kernelConsole';
 import { ConversationModel, IPanelPreferences } from '../model';
+import { ArtifactsPane } from './ArtifactsPane';
 import { Composer } from './Composer';
+import { KernelConsoleButton } from './KernelConsoleButton';
 import { ICodeActions } from './Markdown';
 import { RunView } from './RunView';
 
@@ -39,11 +43,14 @@ export interface IChatViewProps {
   preferences: IPanelPreferences;
   rendermime: IRenderMimeRegistry;
   codeActions: ICodeActions;
+  /** Opens JupyterLab's console on a kernel id; without it the console action is hidden. */
+  launchConsole?: ConsoleLauncher;
   onBack: () => void;
 }
 
 export function ChatView(props: IChatViewProps): JSX.Element {
   const { model, me, agentName, agentNames, preferences, rendermime, codeActions, onBack } = props;
+  const { launchConsole } = props;
   const snapshot = useSyncExternalStore(model.subscribe, model.getSnapshot);
   const { journal, feed, error, sending } = snapshot;
   const runs = transcriptRuns(journal);
@@ -53,6 +60,31 @@ export function ChatView(props: IChatViewProps): JSX.Element {
   const conversation = model.conversation;
 
   const usage = useMemo(() => conversationUsage(journal), [journal]);
+
+  // Whether my persistent run_code kernel is here: asked on open and whenever a run ends
+  // (a run_code call may have just made, or lost, it).
+  const kernelConsole = useMemo(
+    () => new KernelConsoleModel(model.api, conversation.id),
+    [model, conversation.id]
+  );
+  useEffect(() => {
+    if (launchConsole && !busy) {
+      void kernelConsole.refresh();
+    }
+  }, [kernelConsole, launchConsole, busy]);
+
+  // The artifacts pane: loaded on open, reloaded when the journal shows an artifact write.
+  const artifacts = useMemo(
+    () => new ArtifactsModel(model.api, conversation.id),
+    [model, conversation.id]
+  );
+  const artifactState = useSyncExternalStore(artifacts.subscribe, artifacts.getSnapshot);
+  useEffect(() => {
+    void artifacts.refresh();
+  }, [artifacts, journal.artifactSeq]);
+  const [tab, setTab] = useState<'conversation' | 'artifacts'>('conversation');
+  const artifactCount =
+    artifactState.list.phase === 'ready' ? artifactState.list.value.length : null;
 
   // The transcript entries (runs and notes) in journal order: light descriptors only; React
   // elements are made for the rendered window alone.
@@ -103,6 +135,7 @@ export function ChatView(props: IChatViewProps): JSX.Element {
             })}
           </span>
         )}
+        {launchConsole && <KernelConsoleButton model={kernelConsole} launch={launchConsole} />}
         <FeedIndicator phase={feed.phase} onReconnect={() => model.reconnect()} />
       </div>
       {(feed.phase === 'failed' || feed.phase === 'reconnecting') && (
@@ -110,8 +143,25 @@ export function ChatView(props: IChatViewProps): JSX.Element {
           {feed.message}
         </p>
       )}
+      <ChatTabs
+        conversationId={conversation.id}
+        tab={tab}
+        artifactCount={artifactCount}
+        onSelect={setTab}
+      />
+      <div
+        className="jp-Kaizen-artifactsPanel"
+        id={`kaizen-artifacts-${conversation.id}`}
+        role="tabpanel"
+        aria-labelledby={`kaizen-tab-artifacts-${conversation.id}`}
+        hidden={tab !== 'artifacts'}
+      >
+        <ArtifactsPane model={artifacts} rendermime={rendermime} me={me} />
+      </div>
       <div
         className="jp-Kaizen-transcript"
+        id={`kaizen-transcript-${conversation.id}`}
+        hidden={tab !== 'conversation'}
         ref={windowed.scroller}
         onScroll={windowed.onScroll}
         role="log"
@@ -332,6 +382,62 @@ function useTranscriptWindow(total: number): {
   };
 
   return { start, scroller, inner, onScroll, showEarlier };
+}
+
+/** "Conversation" / "Artifacts (n)": a tab list (arrow keys move between the two tabs). */
+function ChatTabs({
+  conversationId,
+  tab,
+  artifactCount,
+  onSelect
+}: {
+  conversationId: string;
+  tab: 'conversation' | 'artifacts';
+  artifactCount: number | null;
+  onSelect: (tab: 'conversation' | 'artifacts') => void;
+}): JSX.Element {
+  const tabs: Array<{ id: 'conversation' | 'artifacts'; label: string; controls: string }> = [
+    { id: 'conversation', label: 'Conversation', controls: `kaizen-transcript-${conversationId}` },
+    {
+      id: 'artifacts',
+      label: artifactCount === null ? 'Artifacts' : `Artifacts (${artifactCount})`,
+      controls: `kaizen-artifacts-${conversationId}`
+    }
+  ];
+  const refs = useRef<Array<HTMLButtonElement | null>>([]);
+  const onKeyDown = (event: React.KeyboardEvent, index: number): void => {
+    if (event.key !== 'ArrowRight' && event.key !== 'ArrowLeft') {
+      return;
+    }
+    event.preventDefault();
+    const next = (index + (event.key === 'ArrowRight' ? 1 : tabs.length - 1)) % tabs.length;
+    onSelect(tabs[next].id);
+    refs.current[next]?.focus();
+  };
+  return (
+    <div className="jp-Kaizen-tabs" role="tablist" aria-label="Conversation views">
+      {tabs.map((t, i) => (
+        <button
+          key={t.id}
+          ref={el => {
+            refs.current[i] = el;
+          }}
+          type="button"
+          role="tab"
+          id={`kaizen-tab-${t.id}-${conversationId}`}
+          className="jp-Kaizen-tab"
+          data-tab={t.id}
+          aria-selected={tab === t.id}
+          aria-controls={t.controls}
+          tabIndex={tab === t.id ? 0 : -1}
+          onClick={() => onSelect(t.id)}
+          onKeyDown={event => onKeyDown(event, i)}
+        >
+          {t.label}
+        </button>
+      ))}
+    </div>
+  );
 }
 
 export function SharedBadge({ shared }: { shared: boolean }): JSX.Element {

@@ -1,0 +1,175 @@
+/**
+ * The artifacts pane of a conversation: the list (title, kind, owner, version), and the
+ * selected artifact with a version picker, its preview and a Download button.
+ */
+import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
+import React, { useSyncExternalStore } from 'react';
+
+import { formatSize, IArtifact, kindLabel } from '../artifacts';
+import { ArtifactsModel, SaveFile } from '../artifactsModel';
+import { ArtifactPreview } from './ArtifactPreview';
+
+export interface IArtifactsPaneProps {
+  model: ArtifactsModel;
+  rendermime: IRenderMimeRegistry;
+  me: string | null;
+}
+
+export function ArtifactsPane({ model, rendermime, me }: IArtifactsPaneProps): JSX.Element {
+  const state = useSyncExternalStore(model.subscribe, model.getSnapshot);
+  const { list, selectedId, view } = state;
+  const artifacts = list.phase === 'ready' ? list.value : [];
+  const shown = view?.phase === 'ready' ? view.value : null;
+
+  return (
+    <div className="jp-Kaizen-artifacts">
+      <div className="jp-Kaizen-artifactsBar">
+        <button
+          type="button"
+          className="jp-Kaizen-linkButton"
+          onClick={() => void model.refresh()}
+          aria-label="Refresh the artifacts"
+        >
+          Refresh
+        </button>
+      </div>
+      {list.phase === 'loading' && <p className="jp-Kaizen-status">Loading the artifacts…</p>}
+      {list.phase === 'error' && (
+        <p className="jp-Kaizen-error" role="alert">
+          {list.message}
+        </p>
+      )}
+      {list.phase === 'ready' && !artifacts.length && (
+        <p className="jp-Kaizen-empty">No artifacts in this conversation yet.</p>
+      )}
+      {artifacts.length > 0 && (
+        <ul className="jp-Kaizen-artifactList" aria-label="Artifacts of this conversation">
+          {artifacts.map(artifact => (
+            <li key={artifact.id}>
+              <ArtifactItem
+                artifact={artifact}
+                selected={artifact.id === selectedId}
+                me={me}
+                onSelect={() => void model.select(artifact.id === selectedId ? null : artifact.id)}
+              />
+            </li>
+          ))}
+        </ul>
+      )}
+      {selectedId && (
+        <section
+          className="jp-Kaizen-artifactDetail"
+          aria-label={shown ? `Artifact: ${shown.title}` : 'Artifact'}
+          data-artifact-id={selectedId}
+        >
+          {view?.phase === 'loading' && <p className="jp-Kaizen-status">Opening the artifact…</p>}
+          {view?.phase === 'error' && (
+            <p className="jp-Kaizen-error" role="alert">
+              {view.message}
+            </p>
+          )}
+          {shown && (
+            <>
+              <div className="jp-Kaizen-artifactHead">
+                <h3 className="jp-Kaizen-artifactTitle">{shown.title}</h3>
+                <label className="jp-Kaizen-versionPicker">
+                  Version{' '}
+                  <select
+                    value={shown.version}
+                    onChange={event => {
+                      const picked = Number(event.currentTarget.value);
+                      void model.pickVersion(
+                        picked === shown.versions[shown.versions.length - 1] ? null : picked
+                      );
+                    }}
+                  >
+                    {shown.versions.map(v => (
+                      <option key={v} value={v}>
+                        {v}
+                        {v === shown.latestVersion ? ' (latest)' : ''}
+                      </option>
+                    ))}
+                  </select>
+                </label>
+                <button
+                  type="button"
+                  className="jp-Kaizen-download"
+                  disabled={state.downloading}
+                  onClick={() => void model.download(saveFile)}
+                >
+                  {state.downloading ? 'Downloading…' : 'Download'}
+                </button>
+              </div>
+              <p className="jp-Kaizen-artifactMeta">
+                {kindLabel(shown)} · {formatSize(shown.size)} · by{' '}
+                {shown.owner === me ? 'you' : shown.owner}
+              </p>
+              {state.message && (
+                <div className="jp-Kaizen-error" role="alert">
+                  <span>{state.message}</span>
+                  <button
+                    type="button"
+                    className="jp-Kaizen-iconButton"
+                    aria-label="Dismiss"
+                    onClick={() => model.dismiss()}
+                  >
+                    ×
+                  </button>
+                </div>
+              )}
+              <div
+                className="jp-Kaizen-artifactPreview"
+                data-kind={shown.kind}
+                data-version={shown.version}
+              >
+                <ArtifactPreview artifact={shown} rendermime={rendermime} />
+              </div>
+            </>
+          )}
+        </section>
+      )}
+    </div>
+  );
+}
+
+function ArtifactItem({
+  artifact,
+  selected,
+  me,
+  onSelect
+}: {
+  artifact: IArtifact;
+  selected: boolean;
+  me: string | null;
+  onSelect: () => void;
+}): JSX.Element {
+  const owner = artifact.owner === me ? 'you' : artifact.owner;
+  return (
+    <button
+      type="button"
+      className="jp-Kaizen-artifactItem"
+      aria-pressed={selected}
+      data-artifact-id={artifact.id}
+      onClick={onSelect}
+    >
+      <span className="jp-Kaizen-artifactItemTitle">{artifact.title}</span>
+      <span className="jp-Kaizen-artifactItemMeta">
+        {kindLabel(artifact)} · v{artifact.latestVersion} · {owner}
+      </span>
+    </button>
+  );
+}
+
+/** Hand the bytes to the browser as a file download (never opened in the page). */
+export const saveFile: SaveFile = (blob, filename) => {
+  const url = URL.createObjectURL(blob);
+  const link = document.createElement('a');
+  link.href = url;
+  link.download = filename;
+  link.rel = 'noopener';
+  link.style.display = 'none';
+  document.body.appendChild(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 30000);
+};
