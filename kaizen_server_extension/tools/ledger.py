@@ -13,7 +13,8 @@ Rules, each written once here rather than inside whichever tool was abused:
 * **Identical failed input** (R-273). A call byte-identical to one that failed, with no
   successful call of any tool since, is refused: resending what just failed is never the
   repair, whoever's failure it was. A success in between may have changed the world (the file
-  the program needed now exists), so it clears the memory.
+  the program needed now exists), so it clears the memory. A ``tool_search`` changes nothing,
+  so it does not: this bound stays separate from the discovery bound (R-259).
 * **Tool health** (R-270, R-271). A tool's own failures on :data:`DEFAULT_HEALTH_LIMIT`
   genuinely different requests cut it off for the rest of the turn. Relayed caller failures
   never count; the same failing request counts once.
@@ -33,6 +34,7 @@ from kaizen_server_extension.runtime.port import (
     ToolCallResult,
     ToolOutcome,
 )
+from kaizen_server_extension.tools.catalog import TOOL_SEARCH_NAME
 from kaizen_server_extension.tools.types import ToolDescriptor
 
 # Three distinct own failures: one can be bad luck, two a bad argument pattern, three is a tool
@@ -104,7 +106,8 @@ class TurnLedger:
         """Remember a call that reached validation or execution (not refusals or approvals)."""
         key = (request.name, request.arguments)
         if result.outcome is ToolOutcome.OK:
-            self._failed_since_success.clear()
+            if request.name != TOOL_SEARCH_NAME:
+                self._failed_since_success.clear()
             if descriptor.repeat_creates_object:
                 self._successes.setdefault(key, _Success(request.step, result.content))
             return

@@ -27,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import traceback
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -89,6 +91,8 @@ DEFAULT_PROJECTION_LIMIT = 16_000
 # How long a cancelled tool gets to unwind before the pipeline stops waiting for it.
 CANCEL_GRACE_S = 1.0
 _MAX_MESSAGE_CHARS = 500
+# Bound of the exception chain in an operator log line (spec: request-scoped platform tools).
+OPERATOR_DETAIL_BYTES = 2048
 # Tools that must re-check the roster at the callback: actor-private ones, and anything that
 # declared no class (which may not be in a shared room at all).
 _PRIVATE_ROOM_CLASSES = frozenset({RoomClass.ACTOR_PRIVATE_READ, RoomClass.UNKNOWN})
@@ -120,6 +124,18 @@ def _has_substance(body: object) -> bool:
     if isinstance(body, str | bytes | bytearray | Mapping | list | tuple):
         return len(body) > 0 and not (isinstance(body, str) and not body.strip())
     return True
+
+
+def _operator_detail(exc: BaseException) -> str:
+    """The exception chain for an operator log line: credential-shaped values redacted and
+    bounded to 2 KB, so a traceback cannot carry a secret or flood the log (R-369)."""
+    text = redact_text("".join(traceback.format_exception(exc)).rstrip())
+    encoded = text.encode("utf-8")
+    if len(encoded) <= OPERATOR_DETAIL_BYTES:
+        return text
+    marker = " …[truncated]"
+    keep = OPERATOR_DETAIL_BYTES - len(marker.encode("utf-8"))
+    return encoded[:keep].decode("utf-8", errors="ignore") + marker
 
 
 def _bounded_message(exc: BaseException) -> str:
@@ -225,9 +241,16 @@ class ToolPipeline:
     ) -> RegisteredTool:
         try:
             allowed = await self._permissions.allowed(bundle.member, name)
-        except Exception:
-            log.exception("permission resolution failed; denying %s", name)
-            allowed = False
+        except Exception as exc:
+            # A failed access check is an internal error in that check, with no claim about
+            # the tool's outcome (R-364); it fails closed.
+            reference = uuid.uuid4().hex[:12]
+            log.warning("permission check for %s failed (reference %s): %s", name, reference,
+                        _operator_detail(exc))
+            raise PolicyDenied(
+                "permission_check_failed",
+                f"Checking permission to use {name} failed with an internal error "
+                f"(reference {reference}).") from None
         if not allowed:
             raise PolicyDenied("permission_denied",
                                "You do not currently have permission to use that tool.")
@@ -460,24 +483,35 @@ class ToolPipeline:
     def _raised(
         self, request: ToolCallRequest, descriptor: ToolDescriptor, exc: BaseException
     ) -> _Settled:
-        log.error("tool %s raised (run call %s)", request.name, request.call_id, exc_info=exc)
         if not _may_have_effect(descriptor):
+            log.error("tool %s raised (run call %s): %s", request.name, request.call_id,
+                      _operator_detail(exc))
             # A read cannot have half-completed a change: the model learns the message and
             # the turn goes on (R-260).
             settled = self._error(request, descriptor,
                                   f"{request.name} failed: {_bounded_message(exc)}",
                                   FailureDomain.TOOL, reason_code="raised")
             return replace(settled, log_failure=False)
+        # A write without its own error projection: exception text may name an internal host,
+        # so the model, the member and the audit row get a fixed sentence, the exception type
+        # and a reference; one WARNING carries the same reference and the redacted, bounded
+        # exception chain for operators (R-362, R-363, R-369). A tool can commit before it
+        # raises, so the outcome is unknown (R-364).
+        reference = uuid.uuid4().hex[:12]
+        kind = type(exc).__name__
+        log.warning("write tool %s raised %s (reference %s, run call %s): %s", request.name,
+                    kind, reference, request.call_id, _operator_detail(exc))
+        content = (f"{request.name} failed while running ({kind}, reference {reference}), and "
+                   "whether its change was applied is unknown. Do not retry it; check the "
+                   "current state before anything else.")
         return _Settled(
             ToolCallResult(call_id=request.call_id, name=request.name,
-                           outcome=ToolOutcome.RAISED,
-                           content=f"{request.name} failed while running, and whether its "
-                                   "change was applied is unknown. Do not retry it; check the "
-                                   "current state before anything else.",
+                           outcome=ToolOutcome.RAISED, content=content,
                            capability=descriptor.capability,
                            failure_domain=FailureDomain.TOOL, closes_turn=True,
                            close_reason="ambiguous_write", may_have_effect=True,
                            delegated=self._delegates(descriptor)),
+            raw={"error": content, "exception_type": kind, "reference": reference},
             reason_code="raised", remember=True, log_failure=False,
         )
 

@@ -92,15 +92,25 @@ async def test_an_actor_private_tool_is_refused_once_the_room_has_a_collaborator
     assert h.executed == ["federated_read"]
 
 
-async def test_a_failing_permission_resolver_fails_closed():
-    h = harness(make_tool("search", returning("hits")))
+@pytest.mark.rule("R-364")
+async def test_a_failing_permission_resolver_fails_closed_as_an_internal_error(caplog):
+    h = harness(make_tool("publish", returning("sent"), capability=Capability.WRITE,
+                          write_category=WriteCategory.EXTERNAL_EFFECT))
 
     async def broken(member: str, tool_name: str) -> bool:
-        raise ConnectionError("directory unavailable")
+        raise ConnectionError("directory at 10.1.2.3 unavailable")
 
     h.permissions.allowed = broken  # type: ignore[method-assign]
-    result = await h.call("search")
-    assert result.close_reason == "permission_denied" and h.executed == []
+    with caplog.at_level(logging.WARNING, logger="kaizen.tools.pipeline"):
+        result = await h.call("publish")
+    assert result.close_reason == "permission_check_failed" and h.executed == []
+    # An internal error in the check, with its reference, and no claim about the outcome.
+    assert "internal error" in result.content and "reference" in result.content
+    assert "unknown" not in result.content and "not saved" not in result.content
+    assert "permission to use that tool" not in result.content
+    assert "10.1.2.3" not in result.content
+    reference = result.content.rsplit("reference ", 1)[1].rstrip(").")
+    assert any(reference in r.getMessage() for r in caplog.records)
 
 
 async def test_an_unresolvable_approval_mode_is_treated_as_always_ask():
