@@ -26,6 +26,14 @@ from kaizen_server_extension.runtime.port import (
     ToolCallResult,
     TraceEvent,
 )
+from kaizen_server_extension.store.policy import (
+    HeldAudit,
+    begin_call,
+    current_call,
+    end_call,
+    open_call,
+    write_audit_rows,
+)
 from kaizen_server_extension.store.runs import RunLane
 from kaizen_server_extension.store.store import Store
 
@@ -96,13 +104,24 @@ class RunHost:
     async def call_tool(self, bundle: AuthorityBundle,
                         request: ToolCallRequest) -> ToolCallResult:
         self._verify(bundle)
-        result = await self._call_tool(bundle, request)
+        # Normally ``publish("tool.requested")`` opened this call's scope in this task; a call
+        # without one still gets its own, so its audit row joins the settlement all the same.
+        scope = current_call(bundle.run_id, request.call_id) or begin_call(
+            bundle.run_id, request.call_id)
+        try:
+            result = await self._call_tool(bundle, request)
+        except BaseException:
+            # Not settled (cancelled, rejected): whatever audit the call left is written now.
+            await write_audit_rows(self._store, scope.release())
+            raise
+        finally:
+            end_call()
         await self._journal(bundle, "tool.settled", {
             "step": request.step, "call_id": result.call_id, "name": result.name,
             "outcome": result.outcome.value, "capability": result.capability.value,
             "failure_domain": result.failure_domain.value, "content": result.content,
             "closes_turn": result.closes_turn,
-        })
+        }, audit=scope.release())
         return result
 
     async def publish(self, bundle: AuthorityBundle, event: TraceEvent) -> None:
@@ -114,9 +133,10 @@ class RunHost:
             return
         if event.kind == "tool.requested":
             data["arguments"] = shown_arguments(data.get("arguments"))
+            await self._open_call(bundle, data)
+            return
         await self._journal(bundle, event.kind, data,
-                            steps=1 if event.kind == "model.step.started" else 0,
-                            tool_calls=1 if event.kind == "tool.requested" else 0)
+                            steps=1 if event.kind == "model.step.started" else 0)
 
     async def publish_terminal(self, bundle: AuthorityBundle,
                                outcome: TerminalOutcome) -> bool:
@@ -135,11 +155,36 @@ class RunHost:
     # --- helpers ----------------------------------------------------------------------
 
     async def _journal(self, bundle: AuthorityBundle, kind: str, data: dict[str, Any], *,
-                       steps: int = 0, tool_calls: int = 0) -> None:
+                       steps: int = 0, audit: list[HeldAudit] | None = None) -> None:
+        """Journal one event while the run is ours; ``audit`` rows go in the same
+        transaction, and are written even when the run is no longer ours (the call they
+        record happened all the same)."""
+        try:
+            async with self._store.transaction() as tx:
+                conversation = await self._lane.check_live(tx, bundle.run_id, bundle.fence,
+                                                           steps=steps)
+                if conversation is not None:
+                    await tx.append_event(conversation, kind, bundle.member, data,
+                                          run_id=bundle.run_id)
+                for row in audit or ():
+                    await row.write(tx)
+        except Exception:
+            await write_audit_rows(self._store, audit or [])
+            raise
+        if conversation is None:
+            raise RunCancelled()
+
+    async def _open_call(self, bundle: AuthorityBundle, data: dict[str, Any]) -> None:
+        """Journal ``tool.requested`` (the dispatched call crash recovery closes, R-264) and,
+        in the same transaction, read the facts the call's checks re-resolve at call time:
+        the run's claim and fence, the room's audience and roster, the member's approval mode
+        and the tool's admin policy (R-005, R-204, R-222). The call that follows in this task
+        uses them once, so a revocation still holds from the next call on."""
         async with self._store.transaction() as tx:
-            conversation = await self._lane.check_live(tx, bundle.run_id, bundle.fence,
-                                                       steps=steps, tool_calls=tool_calls)
-            if conversation is None:
+            opened = await open_call(tx, bundle.run_id, bundle.fence, str(data.get("name")))
+            if opened is None:
                 raise RunCancelled()
-            await tx.append_event(conversation, kind, bundle.member, data,
+            conversation, facts = opened
+            await tx.append_event(conversation, "tool.requested", bundle.member, data,
                                   run_id=bundle.run_id)
+        begin_call(bundle.run_id, str(data.get("call_id")), facts)

@@ -28,12 +28,14 @@ from kaizen_server_extension.runtime.port import (
     ToolOutcome,
 )
 from kaizen_server_extension.store.artifacts import ArtifactStore
+from kaizen_server_extension.store.hashline_state import StoredWorkspaceState
 from kaizen_server_extension.store.policy import (
     StoreApprovalModes,
     StoreApprovals,
     StoreAudit,
     StoreAuthority,
     StorePermissions,
+    current_call_facts,
 )
 from kaizen_server_extension.store.records import AgentRecord, ConversationRecord
 from kaizen_server_extension.store.store import Store
@@ -114,7 +116,9 @@ class PipelineToolBackend:
         self._metrics = metrics
         self._guardrails = guardrails
         self._services: dict[str, Any] = {"agents": AgentRoster(store),
-                                          "artifacts": ArtifactStore(store)}
+                                          "artifacts": ArtifactStore(store),
+                                          # Hashline snapshots and registers.
+                                          "workspace_store": StoredWorkspaceState(store)}
         self._run_code: Any = None
         capability_of = {d.name: d.capability.value for d in registry.descriptors()}
         self.approvals = StoreApprovals(store, capability_of)
@@ -160,7 +164,9 @@ class PipelineToolBackend:
         deferred_names = {t.name for t in tools.deferred}
         services: dict[str, Any] = {
             **self._services, "catalog": catalog, "run_code": self._run_code,
-            "callable_tools": callable_now}
+            "callable_tools": callable_now,
+            # The turn's admitted files (run_code projects exactly these, R-454).
+            "resources": tools.resources}
 
         async def execute(tool: RegisteredTool, run_bundle: AuthorityBundle,
                           arguments: Mapping[str, Any], /) -> object:
@@ -170,6 +176,10 @@ class PipelineToolBackend:
         store = self._store
 
         async def roster_is_only_initiator(run_bundle: AuthorityBundle, /) -> bool:
+            # The roster was read with this call's other facts at its authority check.
+            facts = current_call_facts(run_bundle)
+            if facts is not None:
+                return facts.only_initiator
             conversation = await store.runs.conversation_of(run_bundle.conversation_id)
             return conversation.participants == (run_bundle.member,)
 

@@ -6,12 +6,24 @@ receipt matches no row (DESIGN.md: one-shot approvals).
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    String,
+    bindparam,
+    func,
+    literal,
+    literal_column,
+    or_,
+    select,
+    update,
+)
 
 from kaizen_server_extension.errors import Conflict, NotFound
 from kaizen_server_extension.policy.approvals import ApprovalMode, ApprovalReceipt, ApprovalStatus
@@ -22,12 +34,15 @@ from kaizen_server_extension.runtime.port import (
     ToolOutcome,
 )
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.store import Store, new_id, utcnow
+from kaizen_server_extension.store.store import Store, Tx, new_id, utcnow
+
+log = logging.getLogger("kaizen.tools.audit")
 
 
 @dataclass(frozen=True, slots=True)
 class CallFacts:
-    """What one tool call's checks read, in one transaction at its authority check."""
+    """What one tool call's checks read at call time, in one transaction: the one that
+    journals its ``tool.requested`` (``open_call``), or else its authority check's own."""
 
     run_id: str
     member: str
@@ -37,8 +52,15 @@ class CallFacts:
     approval_mode: str
     # (tool, member or "*") -> allowed
     policies: Mapping[tuple[str, str], bool]
+    # The room's roster is exactly the initiating member (actor-private tools, R-218).
+    only_initiator: bool
+    # The tools whose policy rows were read; None when every tool's were.
+    policy_tools: frozenset[str] | None = None
 
-    def allowed(self, tool: str) -> bool:
+    def allowed(self, tool: str) -> bool | None:
+        """The admin policy for ``tool``, or None when these facts did not read it."""
+        if self.policy_tools is not None and tool not in self.policy_tools:
+            return None
         # The member's own row overrides the everyone row; no row allows.
         own = self.policies.get((tool, self.member))
         if own is not None:
@@ -51,25 +73,178 @@ class CallFacts:
 # with one database round trip instead of three.
 _CURRENT_CALL: ContextVar[CallFacts | None] = ContextVar("kaizen_call_facts", default=None)
 
+_RUNS = m.Base.metadata.tables[m.Run.__tablename__]
+_CONVERSATIONS = m.Base.metadata.tables[m.Conversation.__tablename__]
+_MEMBERS = m.Base.metadata.tables[m.Member.__tablename__]
+_PARTICIPANTS = m.Base.metadata.tables[m.Participant.__tablename__]
+_POLICIES = m.Base.metadata.tables[m.ToolPolicy.__tablename__]
+
+
+def _roster_counts(conversation: Any, member: Any) -> tuple[Any, Any]:
+    """(participants of the run's room, of whom the run's member) as scalar subqueries."""
+    everyone = (select(func.count()).select_from(_PARTICIPANTS)
+                .where(_PARTICIPANTS.c.conversation_id == conversation)
+                .correlate_except(_PARTICIPANTS).scalar_subquery())
+    own = (select(func.count()).select_from(_PARTICIPANTS)
+           .where(_PARTICIPANTS.c.conversation_id == conversation,
+                  _PARTICIPANTS.c.member_id == member)
+           .correlate_except(_PARTICIPANTS).scalar_subquery())
+    return everyone, own
+
+
+def _policy_of(member: Any) -> Any:
+    return (select(_POLICIES.c.allowed)
+            .where(_POLICIES.c.tool == bindparam("b_tool"), _POLICIES.c.member == member)
+            .correlate_except(_POLICIES).scalar_subquery())
+
+
+# SQLite renders RETURNING columns unqualified, and inside a subquery an unqualified
+# ``member`` or ``conversation_id`` would name the inner table's own column; the updated row's
+# columns are therefore spelled out with their table.
+_RUN_CONVERSATION: ColumnElement[str] = literal_column("runs.conversation_id", String())
+_RUN_MEMBER: ColumnElement[str] = literal_column("runs.member", String())
+
+_READ_FACTS = (
+    select(_RUNS.c.status, _RUNS.c.fence, _RUNS.c.member, _CONVERSATIONS.c.audience_version,
+           _MEMBERS.c.approval_mode, *_roster_counts(_RUNS.c.conversation_id, _RUNS.c.member))
+    .join_from(_RUNS, _CONVERSATIONS, _CONVERSATIONS.c.id == _RUNS.c.conversation_id)
+    .join(_MEMBERS, _MEMBERS.c.id == _RUNS.c.member)
+    .where(_RUNS.c.id == bindparam("b_run_id"))
+)
+
+# A tool call's opening: the run must still be ours (active, same fence: the UPDATE also locks
+# the row on PostgreSQL, so a cancel cannot slip in before the journal write in the same
+# transaction), its tool-call count goes up, and what the call's checks need comes back with
+# it, for the one tool called. One statement instead of a liveness check plus a read.
+_OPEN_CALL = (
+    update(_RUNS)
+    .where(_RUNS.c.id == bindparam("b_run_id"), _RUNS.c.fence == bindparam("b_fence"),
+           # Plain comparisons, not IN: no per-execution re-rendering of the SQL text.
+           or_(*(_RUNS.c.status == status for status in m.ACTIVE_RUN_STATUSES)))
+    .values(tool_calls=_RUNS.c.tool_calls + 1)
+    .returning(
+        _RUNS.c.conversation_id, _RUNS.c.status, _RUNS.c.fence, _RUNS.c.member,
+        select(_CONVERSATIONS.c.audience_version)
+        .where(_CONVERSATIONS.c.id == _RUN_CONVERSATION).scalar_subquery(),
+        select(_MEMBERS.c.approval_mode).where(_MEMBERS.c.id == _RUN_MEMBER).scalar_subquery(),
+        *_roster_counts(_RUN_CONVERSATION, _RUN_MEMBER),
+        _policy_of(_RUN_MEMBER),
+        _policy_of(literal("*")),
+    )
+)
+
 
 async def read_call_facts(store: Store, run_id: str) -> CallFacts | None:
     async with store.transaction() as tx:
-        row = (await tx.session.execute(
-            select(m.Run.status, m.Run.fence, m.Run.member, m.Conversation.audience_version,
-                   m.Member.approval_mode)
-            .join(m.Conversation, m.Conversation.id == m.Run.conversation_id)
-            .join(m.Member, m.Member.id == m.Run.member)
-            .where(m.Run.id == run_id)
-        )).first()
+        row = (await tx.session.execute(_READ_FACTS, {"b_run_id": run_id})).first()
         if row is None:
             return None
-        status, fence, member, audience, mode = row
+        status, fence, member, audience, mode, participants, own = row
         policies = (await tx.session.execute(
             select(m.ToolPolicy.tool, m.ToolPolicy.member, m.ToolPolicy.allowed)
             .where(or_(m.ToolPolicy.member == member, m.ToolPolicy.member == "*"))
         )).all()
     return CallFacts(run_id, member, status, fence, audience, mode,
-                     {(tool, who): bool(allowed) for tool, who, allowed in policies})
+                     {(tool, who): bool(allowed) for tool, who, allowed in policies},
+                     only_initiator=participants == 1 and own == 1)
+
+
+async def open_call(tx: Tx, run_id: str, fence: int,
+                    tool: str) -> tuple[str, CallFacts] | None:
+    """Inside ``tx``: (conversation id, the call's facts) while the run is still ours at
+    ``fence``, counting the call; None when it is not (nothing is changed)."""
+    row = (await tx.session.execute(_OPEN_CALL, {
+        "b_run_id": run_id, "b_fence": fence, "b_tool": tool})).first()
+    if row is None:
+        return None
+    (conversation, status, run_fence, member, audience, mode, participants, own,
+     own_policy, everyone_policy) = row
+    policies: dict[tuple[str, str], bool] = {}
+    if own_policy is not None:
+        policies[(tool, member)] = bool(own_policy)
+    if everyone_policy is not None:
+        policies[(tool, "*")] = bool(everyone_policy)
+    return conversation, CallFacts(
+        run_id, member, status, run_fence, audience, mode, policies,
+        only_initiator=participants == 1 and own == 1, policy_tools=frozenset({tool}))
+
+
+@dataclass
+class HeldAudit:
+    """A tool call's audit row, held for the transaction that journals its settlement."""
+
+    actor: str
+    data: dict[str, Any]
+    conversation_id: str
+    run_id: str
+
+    async def write(self, tx: Tx) -> None:
+        await tx.audit(self.actor, "tool.call", self.data,
+                       conversation_id=self.conversation_id, run_id=self.run_id)
+
+
+@dataclass
+class CallScope:
+    """One tool call as the run's host dispatches it.
+
+    ``facts`` were read in the transaction that journaled the call's ``tool.requested``, just
+    before dispatch; the call's own authority check uses them once (a re-run after an approval
+    reads afresh). ``held`` collects the call's audit rows while ``holding``, so the host
+    writes them in the transaction that journals ``tool.settled``.
+    """
+
+    run_id: str
+    call_id: str
+    facts: CallFacts | None = None
+    held: list[HeldAudit] = field(default_factory=list)
+    holding: bool = True
+
+    def take_facts(self, run_id: str) -> CallFacts | None:
+        facts, self.facts = self.facts, None
+        return facts if facts is not None and facts.run_id == run_id else None
+
+    def release(self) -> list[HeldAudit]:
+        """Stop holding and hand over what was held."""
+        self.holding = False
+        held, self.held = self.held, []
+        return held
+
+
+# Set by the host in the task that publishes ``tool.requested`` and then calls the tool;
+# tasks the call starts inherit it, but only the call's own id matches it.
+_CALL_SCOPE: ContextVar[CallScope | None] = ContextVar("kaizen_call_scope", default=None)
+
+
+def begin_call(run_id: str, call_id: str, facts: CallFacts | None = None) -> CallScope:
+    """Make a scope for the call current in this task (the host, around one call)."""
+    scope = CallScope(run_id, call_id, facts)
+    _CALL_SCOPE.set(scope)
+    return scope
+
+
+def current_call(run_id: str, call_id: str) -> CallScope | None:
+    scope = _CALL_SCOPE.get()
+    if scope is None or scope.run_id != run_id or scope.call_id != call_id:
+        return None
+    return scope
+
+
+def end_call() -> None:
+    _CALL_SCOPE.set(None)
+
+
+async def write_audit_rows(store: Store, rows: list[HeldAudit]) -> None:
+    """Held audit rows in their own transaction, when no settlement carries them. Never
+    raises: the call already happened, so a failing audit is reported, not propagated."""
+    if not rows:
+        return
+    try:
+        async with store.transaction() as tx:
+            for row in rows:
+                await row.write(tx)
+    except Exception:
+        log.exception("could not write the audit rows of tool call(s) in run %s",
+                      rows[0].run_id)
 
 
 class StoreAuthority:
@@ -83,7 +258,10 @@ class StoreAuthority:
         differing = self._admitted.differing_fields(bundle)
         if differing:
             raise AuthorityRejected(differing)
-        facts = await read_call_facts(self._store, bundle.run_id)
+        scope = _CALL_SCOPE.get()
+        facts = scope.take_facts(bundle.run_id) if scope is not None else None
+        if facts is None:
+            facts = await read_call_facts(self._store, bundle.run_id)
         _CURRENT_CALL.set(facts)
         if facts is None:
             raise AuthorityRejected(["run_id"])
@@ -106,6 +284,12 @@ def _current_facts(member: str) -> CallFacts | None:
     return facts if facts is not None and facts.member == member else None
 
 
+def current_call_facts(bundle: AuthorityBundle) -> CallFacts | None:
+    """The facts the current call's authority check read, when they are this run's."""
+    facts = _current_facts(bundle.member)
+    return facts if facts is not None and facts.run_id == bundle.run_id else None
+
+
 class StorePermissions:
     """Admin tool policy from the database plus the Jupyter authorizer, read on every call."""
 
@@ -118,16 +302,18 @@ class StorePermissions:
         if self._authorize is not None and not self._authorize(member, tool_name):
             return False
         facts = _current_facts(member)
-        if facts is not None:
-            return facts.allowed(tool_name)
+        verdict = facts.allowed(tool_name) if facts is not None else None
+        if verdict is not None:
+            return verdict
         async with self._store.transaction() as tx:
             rows = (await tx.session.execute(
                 select(m.ToolPolicy.member, m.ToolPolicy.allowed)
                 .where(m.ToolPolicy.tool == tool_name,
                        or_(m.ToolPolicy.member == member, m.ToolPolicy.member == "*"))
             )).all()
-        return CallFacts("", member, "", 0, 0, "",
-                         {(tool_name, who): bool(ok) for who, ok in rows}).allowed(tool_name)
+        policies = {(tool_name, who): bool(ok) for who, ok in rows}
+        own = policies.get((tool_name, member))
+        return own if own is not None else policies.get((tool_name, "*"), True)
 
     async def set_policy(self, tool: str, member: str, allowed: bool, admin: str) -> None:
         async with self._store.transaction() as tx:
@@ -248,26 +434,42 @@ class StoreApprovals:
 
 
 class StoreAudit:
-    """Tool calls in the audit log: outcome and raw size only; raw text never leaves audit."""
+    """Tool calls in the audit log: outcome and raw size only; raw text never leaves audit.
+
+    A call the run's host dispatched has its row held and written in the same transaction as
+    the call's ``tool.settled``; any other call (a kernel's bridge call, a call outside a
+    host) writes its row at once."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
 
     async def record_tool_call(self, bundle: AuthorityBundle, request: ToolCallRequest,
                                outcome: ToolOutcome, raw: object) -> None:
+        row = HeldAudit(bundle.member, {
+            "tool": request.name, "call_id": request.call_id, "outcome": outcome.value,
+            "raw": _bounded_raw(raw),
+        }, bundle.conversation_id, bundle.run_id)
+        scope = current_call(bundle.run_id, request.call_id)
+        if scope is not None and scope.holding:
+            scope.held.append(row)
+            return
         async with self._store.transaction() as tx:
-            await tx.audit(bundle.member, "tool.call", {
-                "tool": request.name, "call_id": request.call_id, "outcome": outcome.value,
-                "raw": _bounded_raw(raw),
-            }, conversation_id=bundle.conversation_id, run_id=bundle.run_id)
+            await row.write(tx)
 
 
 def _bounded_raw(raw: object, limit: int = 64 * 1024) -> object:
-    import json
-
+    """The raw result as audit stores it: itself when small, else a size marker. Always
+    JSON-safe (a value JSON cannot hold is stored as its text), so the row cannot fail to
+    write in the settlement's transaction."""
     try:
-        text = json.dumps(raw, default=str)
+        text = json.dumps(raw)
+        safe = raw
     except (TypeError, ValueError):
-        text = repr(raw)
-    return raw if len(text) <= limit and not isinstance(raw, bytes) else {
-        "truncated": True, "chars": len(text)}
+        try:
+            text = json.dumps(raw, default=str)
+        except (TypeError, ValueError):
+            text = json.dumps(repr(raw))
+        safe = json.loads(text)
+    if len(text) <= limit and not isinstance(raw, bytes | bytearray):
+        return safe
+    return {"truncated": True, "chars": len(text)}

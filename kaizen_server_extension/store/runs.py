@@ -10,16 +10,63 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Float, bindparam, literal, or_, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
 
 from kaizen_server_extension.errors import Conflict
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.records import RunRecord
+from kaizen_server_extension.store.records import EventRecord, RunRecord
 from kaizen_server_extension.store.store import Store, Tx, run_record, utcnow
 
 ACTIVE = m.ACTIVE_RUN_STATUSES
 OPEN = ("queued", *m.ACTIVE_RUN_STATUSES)
+
+_RUNS = m.Base.metadata.tables[m.Run.__tablename__]
+# Spelled as plain comparisons: an IN list is an "expanding" parameter that SQLAlchemy
+# re-renders into the SQL text on every execution.
+_ACTIVE_STATUS = or_(*(_RUNS.c.status == status for status in ACTIVE))
+
+
+class _DatabaseClock(FunctionElement[datetime]):
+    """The database server's current time plus an offset in seconds."""
+
+    type = m.UTCDateTime()
+    inherit_cache = True
+    name = "kaizen_database_clock"
+
+
+@compiles(_DatabaseClock, "postgresql")
+def _postgresql_clock(element: _DatabaseClock, compiler: Any, **kw: Any) -> str:
+    offset = compiler.process(element.clauses, **kw)
+    return f"(clock_timestamp() + make_interval(secs => {offset}))"
+
+
+@compiles(_DatabaseClock, "sqlite")
+def _sqlite_clock(element: _DatabaseClock, compiler: Any, **kw: Any) -> str:
+    # UTC with milliseconds, padded to the microsecond text SQLAlchemy stores, so stored and
+    # computed times compare correctly as text.
+    offset = compiler.process(element.clauses, **kw)
+    return f"(strftime('%Y-%m-%d %H:%M:%f', 'now', {offset} || ' seconds') || '000')"
+
+
+def database_clock(offset: timedelta = timedelta(0)) -> _DatabaseClock:
+    """Now (plus ``offset``) on the database's clock. Leases are stamped and compared on this
+    one clock, so replicas whose own clocks disagree still agree on which lease ran out."""
+    return _DatabaseClock(literal(offset.total_seconds(), Float()))
+
+
+# Every journal write of a run goes through this, so it is built once (a Core statement on the
+# table: no ORM update evaluation) and reused with fresh parameters.
+_CHECK_LIVE = (
+    update(_RUNS)
+    .where(_RUNS.c.id == bindparam("b_run_id"), _RUNS.c.fence == bindparam("b_fence"),
+           _ACTIVE_STATUS)
+    .values(steps=_RUNS.c.steps + bindparam("b_steps"),
+            tool_calls=_RUNS.c.tool_calls + bindparam("b_tool_calls"))
+    .returning(_RUNS.c.conversation_id)
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +115,7 @@ class RunLane:
                     update(m.Run)
                     .where(m.Run.id == next_id, m.Run.status == "queued")
                     .values(status="running", fence=m.Run.fence + 1, lease_owner=owner,
-                            lease_expires_at=now + lease, started_at=now)
+                            lease_expires_at=database_clock(lease), started_at=now)
                     .returning(m.Run)
                 )).scalar_one_or_none()
                 return run_record(claimed) if claimed is not None else None
@@ -100,19 +147,16 @@ class RunLane:
         The UPDATE also locks the row on PostgreSQL, so a cancel cannot slip in between
         this check and the journal write that follows it in the same transaction.
         """
-        return (await tx.session.execute(
-            update(m.Run)
-            .where(m.Run.id == run_id, m.Run.fence == fence, m.Run.status.in_(ACTIVE))
-            .values(steps=m.Run.steps + steps, tool_calls=m.Run.tool_calls + tool_calls)
-            .returning(m.Run.conversation_id)
-        )).scalar_one_or_none()
+        return (await tx.session.execute(_CHECK_LIVE, {
+            "b_run_id": run_id, "b_fence": fence, "b_steps": steps,
+            "b_tool_calls": tool_calls})).scalar_one_or_none()
 
     async def extend_lease(self, run_id: str, fence: int, lease: timedelta) -> bool:
         async with self.store.transaction() as tx:
             row = (await tx.session.execute(
                 update(m.Run)
                 .where(m.Run.id == run_id, m.Run.fence == fence, m.Run.status.in_(ACTIVE))
-                .values(lease_expires_at=utcnow() + lease)
+                .values(lease_expires_at=database_clock(lease))
                 .returning(m.Run.id)
             )).scalar_one_or_none()
             return row is not None
@@ -158,7 +202,7 @@ class RunLane:
         async with self.store.transaction() as tx:
             rows = (await tx.session.execute(
                 select(m.Run).where(m.Run.status.in_(ACTIVE),
-                                    m.Run.lease_expires_at < (now or utcnow()))
+                                    m.Run.lease_expires_at < (now or database_clock()))
             )).scalars().all()
             return [run_record(r) for r in rows]
 
@@ -170,7 +214,7 @@ class RunLane:
             bumped = (await tx.session.execute(
                 update(m.Run)
                 .where(m.Run.id == run.id, m.Run.fence == run.fence,
-                       m.Run.status.in_(ACTIVE), m.Run.lease_expires_at < utcnow())
+                       m.Run.status.in_(ACTIVE), m.Run.lease_expires_at < database_clock())
                 .values(fence=m.Run.fence + 1)
                 .returning(m.Run.fence)
             )).scalar_one_or_none()
@@ -201,3 +245,55 @@ class RunLane:
                 )
             return await self.settle(run.id, "failed", "interrupted", actor, fence=bumped,
                                      data={"dangling_calls": len(open_calls)}, tx=tx)
+
+    # --- crash recovery that resumes (R-054) ---------------------------------------------
+
+    async def take_over(self, run: RunRecord, owner: str, lease: timedelta) -> RunRecord | None:
+        """Take a stale run over once: compare-and-set on its fence and expired lease, bump
+        the fence so its old holder's writes match nothing, and hold a fresh lease as
+        ``owner`` while the recovery decides whether the run resumes or settles. None when
+        another replica (or the live holder's renewal) got there first."""
+        async with self.store.transaction() as tx:
+            row = (await tx.session.execute(
+                update(m.Run)
+                .where(m.Run.id == run.id, m.Run.fence == run.fence,
+                       m.Run.status.in_(ACTIVE), m.Run.lease_expires_at < database_clock())
+                .values(fence=m.Run.fence + 1, lease_owner=owner,
+                        lease_expires_at=database_clock(lease))
+                .returning(m.Run)
+            )).scalar_one_or_none()
+            return run_record(row) if row is not None else None
+
+    async def run_events(self, run_id: str, conversation_id: str,
+                         types: tuple[str, ...]) -> list[EventRecord]:
+        """The run's journal events of the given types, in ``seq`` order (trusted callers)."""
+        async with self.store.transaction() as tx:
+            rows = (await tx.session.execute(
+                select(m.JournalEvent)
+                .where(m.JournalEvent.conversation_id == conversation_id,
+                       m.JournalEvent.run_id == run_id, m.JournalEvent.type.in_(types))
+                .order_by(m.JournalEvent.seq)
+            )).scalars().all()
+            return [EventRecord(r.conversation_id, r.seq, r.run_id, r.type, r.actor, r.at,
+                                r.data) for r in rows]
+
+    async def close_dangling(self, run_id: str, fence: int, results: list[dict[str, Any]],
+                             actor: str, *, resumed: dict[str, Any] | None = None,
+                             terminal: tuple[str, str, dict[str, Any]] | None = None) -> bool:
+        """In one transaction, while the run is still ours at ``fence``: journal the rebuilt
+        ``tool.settled`` of each dangling call (R-264), then either ``run.resumed`` with
+        ``resumed`` or the one terminal ``(status, reason, data)`` (compare-and-set). False
+        when the run was cancelled or taken over meanwhile: nothing is written."""
+        async with self.store.transaction() as tx:
+            conversation = await self.check_live(tx, run_id, fence)
+            if conversation is None:
+                return False
+            for data in results:
+                await tx.append_event(conversation, "tool.settled", actor, data, run_id=run_id)
+            if terminal is not None:
+                status, reason, extra = terminal
+                return await self.settle(run_id, status, reason, actor, fence=fence,
+                                         data=extra, tx=tx)
+            await tx.append_event(conversation, "run.resumed", actor, resumed or {},
+                                  run_id=run_id)
+            return True

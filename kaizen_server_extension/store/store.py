@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import and_, func, insert, select, update
-from sqlalchemy import text as sql_text
+from sqlalchemy import and_, bindparam, func, insert, literal_column, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -38,11 +37,40 @@ EventListener = Callable[[Sequence[EventRecord]], None]
 # (events/wire.py decodes it). Sent inside the appending transaction, so PostgreSQL delivers
 # it exactly when the append commits, and never for a rolled-back one.
 JOURNAL_CHANNEL = "kaizen_journal"
-_NOTIFY_APPENDED = sql_text(
-    "SELECT pg_notify(:channel, json_build_object("
-    "'n', current_schema(), 'c', CAST(:conversation_id AS text), 's', CAST(:seq AS bigint)"
-    ")::text)"
+
+# The hot journal and audit statements are built once: a reused statement object skips
+# SQLAlchemy's per-call construction and goes straight to its compiled cache. They are Core
+# statements on the tables, so no ORM bulk-update evaluation or unit-of-work flush runs.
+_CONVERSATIONS = m.Base.metadata.tables[m.Conversation.__tablename__]
+_JOURNAL = m.Base.metadata.tables[m.JournalEvent.__tablename__]
+_BUMP_SEQ = (
+    update(_CONVERSATIONS)
+    .where(_CONVERSATIONS.c.id == bindparam("b_conversation_id"))
+    .values(last_seq=_CONVERSATIONS.c.last_seq + 1, updated_at=bindparam("b_now"))
+    .returning(_CONVERSATIONS.c.last_seq)
 )
+_INSERT_EVENT = insert(_JOURNAL)
+# On PostgreSQL one statement does all three: bump the counter (a data-modifying CTE), insert
+# the event numbered by it, and send the notification with the inserted row.
+_BUMPED = _BUMP_SEQ.cte("bumped")
+_APPEND_NOTIFYING = (
+    insert(_JOURNAL)
+    .from_select(
+        ["conversation_id", "seq", "run_id", "type", "actor", "at", "data"],
+        select(bindparam("b_conversation_id", type_=_JOURNAL.c.conversation_id.type),
+               _BUMPED.c.last_seq,
+               bindparam("b_run_id", type_=_JOURNAL.c.run_id.type),
+               bindparam("b_type", type_=_JOURNAL.c.type.type),
+               bindparam("b_actor", type_=_JOURNAL.c.actor.type),
+               bindparam("b_at", type_=_JOURNAL.c.at.type),
+               bindparam("b_data", type_=_JOURNAL.c.data.type)),
+    )
+    .add_cte(_BUMPED)
+    .returning(_JOURNAL.c.seq, literal_column(
+        f"pg_notify('{JOURNAL_CHANNEL}', json_build_object("
+        "'n', current_schema(), 'c', conversation_id, 's', seq)::text)"))
+)
+_INSERT_AUDIT = insert(m.Base.metadata.tables[m.AuditEvent.__tablename__])
 
 
 def utcnow() -> datetime:
@@ -78,24 +106,19 @@ class Tx:
         The counter bump and the insert share this transaction; the database's UNIQUE
         (conversation_id, seq) is the second line should two writers ever race.
         """
-        seq = (
-            await self.session.execute(
-                update(m.Conversation)
-                .where(m.Conversation.id == conversation_id)
-                .values(last_seq=m.Conversation.last_seq + 1, updated_at=utcnow())
-                .returning(m.Conversation.last_seq)
-            )
-        ).scalar_one()
-        at = utcnow()
-        # A Core INSERT: no identity map or unit-of-work flush for an append-only row.
-        await self.session.execute(insert(m.JournalEvent).values(
-            conversation_id=conversation_id, seq=seq, run_id=run_id, type=type, actor=actor,
-            at=at, data=data,
-        ))
+        now = utcnow()
         if self.session.get_bind().dialect.name == "postgresql":
-            await self.session.execute(_NOTIFY_APPENDED, {
-                "channel": JOURNAL_CHANNEL, "conversation_id": conversation_id, "seq": seq})
-        record = EventRecord(conversation_id, seq, run_id, type, actor, at, data)
+            seq = (await self.session.execute(_APPEND_NOTIFYING, {
+                "b_conversation_id": conversation_id, "b_now": now, "b_run_id": run_id,
+                "b_type": type, "b_actor": actor, "b_at": now, "b_data": data,
+            })).one()[0]
+        else:
+            seq = (await self.session.execute(
+                _BUMP_SEQ, {"b_conversation_id": conversation_id, "b_now": now})).scalar_one()
+            await self.session.execute(_INSERT_EVENT, {
+                "conversation_id": conversation_id, "seq": seq, "run_id": run_id, "type": type,
+                "actor": actor, "at": now, "data": data})
+        record = EventRecord(conversation_id, seq, run_id, type, actor, now, data)
         self.appended.append(record)
         return record
 
@@ -108,10 +131,10 @@ class Tx:
         conversation_id: str | None = None,
         run_id: str | None = None,
     ) -> None:
-        self.session.add(
-            m.AuditEvent(at=utcnow(), actor=actor, action=action, data=data,
-                         conversation_id=conversation_id, run_id=run_id)
-        )
+        # A Core INSERT of an append-only row, like the journal's.
+        await self.session.execute(_INSERT_AUDIT, {
+            "at": utcnow(), "actor": actor, "action": action, "data": data,
+            "conversation_id": conversation_id, "run_id": run_id})
 
 
 class Store:
@@ -398,20 +421,29 @@ class JournalRepository(_Repository):
 
 class InputRepository(_Repository):
     async def accept(self, conversation_id: str, member: str, text: str, *, kind: str,
-                     idempotency_key: str | None) -> AcceptedInputRecord:
+                     idempotency_key: str | None,
+                     attachments: Sequence[str] = ()) -> AcceptedInputRecord:
         """Append an accepted input, its queued run and the journal event, atomically.
 
         The same idempotency key with the same text answers the earlier acceptance and
         writes nothing; with different text (or from another member) it is a conflict.
+        ``attachments`` (artifact ids) are resolved as ``member`` and pinned to exact versions
+        in the same transaction; one the member may not read is NotFound and nothing is
+        written (store/attachments.py).
         """
+        from kaizen_server_extension.store.attachments import AttachmentStore
+
         digest = text_digest(text)
         if idempotency_key is not None:
-            earlier = await self._by_key(conversation_id, member, idempotency_key, digest)
+            earlier = await self._by_key(conversation_id, member, idempotency_key, digest,
+                                         tuple(attachments))
             if earlier is not None:
                 return earlier
         try:
             async with self.store.transaction() as tx:
                 conv = await self.store.conversations.get_for(conversation_id, member, tx)
+                pinned = await AttachmentStore(self.store).pin(tx, member, conversation_id,
+                                                               list(attachments))
                 member_row = await tx.session.get(m.Member, member)
                 position = (await tx.session.execute(
                     update(m.Conversation).where(m.Conversation.id == conversation_id)
@@ -427,6 +459,7 @@ class InputRepository(_Repository):
                     idempotency_key=idempotency_key, model=model, created_at=now,
                 ))
                 await tx.session.flush()
+                AttachmentStore.record(tx, input_id, pinned)
                 tx.session.add(m.Run(
                     id=run_id, conversation_id=conversation_id, input_id=input_id,
                     input_position=position, member=member, status="queued", fence=0,
@@ -436,7 +469,9 @@ class InputRepository(_Repository):
                 await tx.append_event(
                     conversation_id, event_type, member,
                     {"input_id": input_id, "position": position, "text": text, "kind": kind,
-                     "audience_version": conv.audience_version},
+                     "audience_version": conv.audience_version,
+                     # Identity only (no bytes): what the panel shows as attached.
+                     **({"attachments": [r.identity() for r in pinned]} if pinned else {})},
                     run_id=run_id,
                 )
                 return AcceptedInputRecord(input_id, conversation_id, position, kind, member,
@@ -445,13 +480,14 @@ class InputRepository(_Repository):
             # Two requests with one key raced: the loser answers what the winner wrote.
             if idempotency_key is None:
                 raise
-            earlier = await self._by_key(conversation_id, member, idempotency_key, digest)
+            earlier = await self._by_key(conversation_id, member, idempotency_key, digest,
+                                         tuple(attachments))
             if earlier is None:
                 raise
             return earlier
 
-    async def _by_key(self, conversation_id: str, member: str, key: str,
-                      digest: str) -> AcceptedInputRecord | None:
+    async def _by_key(self, conversation_id: str, member: str, key: str, digest: str,
+                      attachments: tuple[str, ...] = ()) -> AcceptedInputRecord | None:
         async with self.store.transaction() as tx:
             await self.store.conversations.get_for(conversation_id, member, tx)
             row = (await tx.session.execute(
@@ -463,7 +499,11 @@ class InputRepository(_Repository):
             if row is None:
                 return None
             accepted, run_id = row
-            if accepted.member != member or accepted.text_digest != digest:
+            from kaizen_server_extension.store.attachments import AttachmentStore
+
+            attached = tuple(await AttachmentStore.ids_of(tx, accepted.id))
+            if accepted.member != member or accepted.text_digest != digest or \
+                    attached != attachments:
                 raise Conflict("This idempotency key was already used for a different "
                                "message.", code="idempotency_key_reused")
             return AcceptedInputRecord(accepted.id, conversation_id, accepted.position,
