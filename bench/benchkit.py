@@ -216,6 +216,30 @@ async def for_each_db(bench: str, args: argparse.Namespace,
             await body(db, store)
 
 
+class StatementCounter:
+    """Counts the transactions and SQL statements (BEGIN itself not included) the store runs
+    while ``active``: the part of an overhead that does not depend on how loaded the machine
+    is."""
+
+    def __init__(self, store: Store) -> None:
+        from sqlalchemy import event
+
+        self.active = False
+        self.transactions = 0
+        self.statements = 0
+        engine = store.engine.sync_engine
+        event.listen(engine, "begin", self._on_begin)
+        event.listen(engine, "before_cursor_execute", self._on_statement)
+
+    def _on_begin(self, conn: Any) -> None:
+        if self.active:
+            self.transactions += 1
+
+    def _on_statement(self, conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        if self.active and not statement.lstrip().upper().startswith("BEGIN"):
+            self.statements += 1
+
+
 # --- the bench tools ----------------------------------------------------------------------
 
 

@@ -10,11 +10,15 @@ Figures (``figure`` key), all wall time minus the fake model's and the tool's ow
 * ``model_step``: from ``model.step.started`` being published (journaled) to the step's
   stream running dry, per step;
 * ``tool_call``: from ``tool.requested`` being published to ``call_tool`` returning (the
-  guarded pipeline, the audit row and the ``tool.settled`` journal write), per call;
+  guarded pipeline, the audit row and the ``tool.settled`` journal write), per call, with
+  the database transactions and statements (BEGIN not counted) one call costs;
 * ``turn``: ``TurnController.run()`` end to end (two steps, one call, the committed answer
   and the compare-and-set terminal).
 
-``ratio`` is against awaiting a bare async function, measured in the same run. Targets
+``cpu_p50_us``/``cpu_p95_us`` are the process's CPU time (all threads, the SQLite driver's
+included) over the same windows: on a loaded machine wall time mostly measures waiting for a
+core, CPU time much less so. ``ratio`` is against awaiting a bare async function, measured in
+the same run. Targets
 (``target_p50_us``): a tool call at p50 within 1 ms on SQLite and 3 ms on PostgreSQL.
 
     .venv/bin/python bench/runtime_overhead.py [--db sqlite|postgresql|both] [--n N]
@@ -27,6 +31,7 @@ import argparse
 import asyncio
 import cProfile
 import gc
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -34,6 +39,7 @@ from datetime import timedelta
 from benchkit import (
     TOOL_CLOCK,
     FakeModel,
+    StatementCounter,
     admit_run,
     bare_async_call_ns,
     emit,
@@ -69,6 +75,12 @@ from kaizen_server_extension.store.runs import RunLane
 from kaizen_server_extension.store.store import Store
 
 BENCH = "runtime_overhead"
+
+
+def cpu_ns() -> int:
+    """CPU time of the whole process: unlike wall time, barely moved by other load."""
+    return time.process_time_ns()
+
 TARGET_TOOL_CALL_P50_US = {"sqlite": 1000.0, "postgresql": 3000.0}
 WARMUP_TURNS = 10
 
@@ -78,17 +90,24 @@ class Samples:
     model_step: list[int] = field(default_factory=list)
     tool_call: list[int] = field(default_factory=list)
     turn: list[int] = field(default_factory=list)
+    # CPU time of this process (every thread, aiosqlite's included) over the same windows.
+    cpu: dict[str, list[int]] = field(default_factory=lambda: {
+        "model_step": [], "tool_call": [], "turn": []})
 
 
 class TimedHost:
     """Delegates to the real ``RunHost`` and stamps the boundaries of steps and calls."""
 
-    def __init__(self, inner: RunHost, model: FakeModel, samples: Samples | None) -> None:
+    def __init__(self, inner: RunHost, model: FakeModel, samples: Samples | None,
+                 counter: StatementCounter) -> None:
         self._inner = inner
         self._model = model
         self._samples = samples
+        self._counter = counter
         self._step_start = 0
         self._call_start = 0
+        self._step_cpu = 0
+        self._call_cpu = 0
 
     def model_step(self, bundle: AuthorityBundle,
                    snapshot: StepSnapshot) -> AsyncIterator[StepEvent]:
@@ -102,20 +121,26 @@ class TimedHost:
         if self._samples is not None:
             elapsed = self._model.last_end_ns - self._step_start - self._model.take()
             self._samples.model_step.append(elapsed)
+            self._samples.cpu["model_step"].append(cpu_ns() - self._step_cpu)
 
     async def call_tool(self, bundle: AuthorityBundle,
                         request: ToolCallRequest) -> ToolCallResult:
         TOOL_CLOCK.take()
         result = await self._inner.call_tool(bundle, request)
+        self._counter.active = False
         if self._samples is not None:
             self._samples.tool_call.append(now_ns() - self._call_start - TOOL_CLOCK.take())
+            self._samples.cpu["tool_call"].append(cpu_ns() - self._call_cpu)
         return result
 
     async def publish(self, bundle: AuthorityBundle, event: TraceEvent) -> None:
         if event.kind == "model.step.started":
             self._step_start = now_ns()
+            self._step_cpu = cpu_ns()
         elif event.kind == "tool.requested":
+            self._counter.active = self._samples is not None
             self._call_start = now_ns()
+            self._call_cpu = cpu_ns()
         await self._inner.publish(bundle, event)
 
     async def publish_terminal(self, bundle: AuthorityBundle,
@@ -135,6 +160,7 @@ async def on_store(db: str, store: Store, n: int, profile: str | None) -> None:
     backend = tool_backend(store)
     lane = RunLane(store)
     samples = Samples()
+    counter = StatementCounter(store)
     profiler = cProfile.Profile() if profile else None
     for i in range(WARMUP_TURNS + n):
         measured = i >= WARMUP_TURNS
@@ -154,22 +180,23 @@ async def on_store(db: str, store: Store, n: int, profile: str | None) -> None:
             catalog=admitted.tools.advertised, catalog_digest=admitted.tools.digest,
             budgets=Budgets(), synthesis=SYNTHESIS,
         )
-        controller = TurnController(TimedHost(host, model, samples if measured else None),
-                                    manifest)
+        controller = TurnController(
+            TimedHost(host, model, samples if measured else None, counter), manifest)
         if i == WARMUP_TURNS:
             gc.collect()
         TOOL_CLOCK.take()
         if profiler is not None and measured:
             profiler.enable()
-        start = now_ns()
+        start, start_cpu = now_ns(), cpu_ns()
         outcome = await controller.run()
-        elapsed = now_ns() - start
+        elapsed, elapsed_cpu = now_ns() - start, cpu_ns() - start_cpu
         if profiler is not None and measured:
             profiler.disable()
         if outcome.status is not TerminalStatus.COMPLETED or not controller.settled:
             raise RuntimeError(f"bench turn ended {outcome.status}: {outcome.reason}")
         if measured:
             samples.turn.append(elapsed - model.take() - TOOL_CLOCK.take())
+            samples.cpu["turn"].append(elapsed_cpu)
     if profiler is not None and profile:
         profiler.dump_stats(f"{profile}.{db}.prof")
 
@@ -181,11 +208,16 @@ async def on_store(db: str, store: Store, n: int, profile: str | None) -> None:
         line: dict[str, object] = {
             "bench": BENCH, "db": db, "figure": figure, **summary(values),
             "baseline_p50_us": us(bare_us), "ratio": ratio(p50, bare_us), "n": len(values),
+            "cpu_p50_us": us(percentile(samples.cpu[figure], 50)),
+            "cpu_p95_us": us(percentile(samples.cpu[figure], 95)),
         }
         if figure == "tool_call":
             target = TARGET_TOOL_CALL_P50_US[db]
             line["target_p50_us"] = target
             line["meets_target"] = p50 <= target
+            calls = max(len(values), 1)
+            line["transactions_per_call"] = round(counter.transactions / calls, 2)
+            line["statements_per_call"] = round(counter.statements / calls, 2)
         emit(line)
 
 

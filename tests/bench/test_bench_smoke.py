@@ -26,7 +26,8 @@ BENCHES: dict[str, tuple[list[str], int, set[str]]] = {
     "pipeline_overhead": (["--n", "5"], 4, COMMON | PERCENTILES | {"variant", "call",
                                                                    "overhead_p50_us"}),
     "tool_search": (["--n", "10", "--tools", "200"], 2, COMMON | {"figure", "tools"}),
-    "runtime_overhead": (["--n", "3"], 3, COMMON | PERCENTILES | {"figure"}),
+    "runtime_overhead": (["--n", "3"], 3, COMMON | PERCENTILES | {"figure", "cpu_p50_us",
+                                                                  "cpu_p95_us"}),
     "turns_throughput": (["--n", "1", "--rooms", "3"], 1, COMMON | {
         "rooms", "turns", "tool_calls_per_turn", "turns_per_s", "tool_calls_per_s",
         "elapsed_s", "completed", "baseline_turns_per_s", "ratio"}),
@@ -37,7 +38,8 @@ FIGURE_KEYS: dict[tuple[str, str], set[str]] = {
     ("tool_search", "index_build"): {"build_ms", "freeze_ms"},
     ("tool_search", "query"): PERCENTILES | {"target_p50_us", "meets_target",
                                              "queries_with_matches"},
-    ("runtime_overhead", "tool_call"): {"target_p50_us", "meets_target"},
+    ("runtime_overhead", "tool_call"): {"target_p50_us", "meets_target",
+                                        "transactions_per_call", "statements_per_call"},
 }
 
 
