@@ -17,6 +17,7 @@ from typing import Any
 
 from kaizen_server_extension.lanes.host import ToolCaller
 from kaizen_server_extension.lanes.service import FrozenTools
+from kaizen_server_extension.policy.approvals import ApprovalReceipt
 from kaizen_server_extension.policy.errors import ApprovalPending
 from kaizen_server_extension.policy.guardrails import GuardrailChain
 from kaizen_server_extension.runtime.port import (
@@ -35,6 +36,7 @@ from kaizen_server_extension.store.policy import (
     StoreAudit,
     StoreAuthority,
     StorePermissions,
+    StoreResourceAuthorization,
     current_call_facts,
 )
 from kaizen_server_extension.store.records import AgentRecord, ConversationRecord
@@ -88,6 +90,35 @@ class BridgeBinding:
             return result.content
 
 
+class LeaseReleasingApprovals:
+    """The approvals port of one run: before a request is persisted (and so can become
+    approvable) the member's sandbox affinity worker for the conversation is released (R-239).
+
+    This is the one place it happens: every call that needs a decision, run_code or any other
+    tool, passes through ``request``. A release that fails leaves no request behind, so the
+    pipeline fails the call closed as "approvals unavailable" rather than ask with a live
+    lease."""
+
+    def __init__(self, approvals: StoreApprovals, run_code: Any) -> None:
+        self._approvals = approvals
+        self._run_code = run_code
+
+    async def find_receipt(self, run_id: str, call_digest: str) -> ApprovalReceipt | None:
+        return await self._approvals.find_receipt(run_id, call_digest)
+
+    async def request(self, run_id: str, bundle: AuthorityBundle, tool: str, args_digest: str,
+                      redacted_args: Mapping[str, Any]) -> str:
+        if self._run_code is not None:
+            released = await self._run_code.release(bundle.member, bundle.conversation_id)
+            if released:
+                log.info("run %s: released the sandbox lease before asking about %s",
+                         run_id, tool)
+        return await self._approvals.request(run_id, bundle, tool, args_digest, redacted_args)
+
+    async def consume_receipt(self, run_id: str, approval_id: str) -> bool:
+        return await self._approvals.consume_receipt(run_id, approval_id)
+
+
 class AgentRoster:
     """``ctx.services["agents"]`` for the roster tool: the member-visible agents."""
 
@@ -122,6 +153,7 @@ class PipelineToolBackend:
         self._run_code: Any = None
         capability_of = {d.name: d.capability.value for d in registry.descriptors()}
         self.approvals = StoreApprovals(store, capability_of)
+        self._resources = StoreResourceAuthorization(store)
 
     def attach_run_code(self, service: Any) -> None:
         """Make the kernel service reachable from the run_code tool (set at server start)."""
@@ -189,13 +221,14 @@ class PipelineToolBackend:
             authority=StoreAuthority(store, bundle),
             permissions=self.permissions,
             approval_modes=StoreApprovalModes(store),
-            approvals=self.approvals,
+            approvals=LeaseReleasingApprovals(self.approvals, self._run_code),
             executor=execute,
             roster_is_only_initiator=roster_is_only_initiator,
             audit=StoreAudit(store),
             metrics=self._metrics,
             guardrails=self._guardrails,
             cancelled=cancelled,
+            resources=self._resources,
         )
 
         async def call(run_bundle: AuthorityBundle, request: ToolCallRequest) -> ToolCallResult:

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from kaizen_server_extension.policy.approvals import ApprovalMode, ApprovalReceipt
 from kaizen_server_extension.runtime.port import AuthorityBundle, ToolCallRequest, ToolOutcome
-from kaizen_server_extension.tools.types import RegisteredTool, ToolDescriptor
+from kaizen_server_extension.tools.types import RegisteredTool, ResourceVerdict, ToolDescriptor
 
 
 class AuthorityCheck(Protocol):
@@ -89,4 +89,13 @@ class ArgumentValidator(Protocol):
 class RosterCheck(Protocol):
     async def __call__(self, bundle: AuthorityBundle, /) -> bool:
         """True when the server-side roster is exactly the initiating member (R-218)."""
+        ...
+
+
+class ResourceAuthorizer(Protocol):
+    async def __call__(
+        self, tool: RegisteredTool, bundle: AuthorityBundle, arguments: Mapping[str, Any], /
+    ) -> ResourceVerdict:
+        """Run ``tool.authorize`` as the member against a read-only store (R-365): a write it
+        attempts is refused by the database and leaves nothing behind."""
         ...

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from kaizen_server_extension.errors import Conflict, NotFound
 from kaizen_server_extension.policy.approvals import ApprovalMode, ApprovalReceipt, ApprovalStatus
@@ -35,6 +37,7 @@ from kaizen_server_extension.runtime.port import (
 )
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.store import Store, Tx, new_id, utcnow
+from kaizen_server_extension.tools.types import RegisteredTool, ResourceVerdict
 
 log = logging.getLogger("kaizen.tools.audit")
 
@@ -104,11 +107,17 @@ def _policy_of(member: Any) -> Any:
 _RUN_CONVERSATION: ColumnElement[str] = literal_column("runs.conversation_id", String())
 _RUN_MEMBER: ColumnElement[str] = literal_column("runs.member", String())
 
+# The run's facts and every admin policy row of its member (or everyone), in one statement:
+# one row per policy row, or one row with NULL policy columns when there is none. The write
+# guard re-reads these immediately before a write executes, so a round trip counts.
 _READ_FACTS = (
     select(_RUNS.c.status, _RUNS.c.fence, _RUNS.c.member, _CONVERSATIONS.c.audience_version,
-           _MEMBERS.c.approval_mode, *_roster_counts(_RUNS.c.conversation_id, _RUNS.c.member))
+           _MEMBERS.c.approval_mode, *_roster_counts(_RUNS.c.conversation_id, _RUNS.c.member),
+           _POLICIES.c.tool, _POLICIES.c.member, _POLICIES.c.allowed)
     .join_from(_RUNS, _CONVERSATIONS, _CONVERSATIONS.c.id == _RUNS.c.conversation_id)
     .join(_MEMBERS, _MEMBERS.c.id == _RUNS.c.member)
+    .outerjoin(_POLICIES, or_(_POLICIES.c.member == _RUNS.c.member,
+                              _POLICIES.c.member == literal("*")))
     .where(_RUNS.c.id == bindparam("b_run_id"))
 )
 
@@ -136,16 +145,13 @@ _OPEN_CALL = (
 
 async def read_call_facts(store: Store, run_id: str) -> CallFacts | None:
     async with store.transaction() as tx:
-        row = (await tx.session.execute(_READ_FACTS, {"b_run_id": run_id})).first()
-        if row is None:
-            return None
-        status, fence, member, audience, mode, participants, own = row
-        policies = (await tx.session.execute(
-            select(m.ToolPolicy.tool, m.ToolPolicy.member, m.ToolPolicy.allowed)
-            .where(or_(m.ToolPolicy.member == member, m.ToolPolicy.member == "*"))
-        )).all()
-    return CallFacts(run_id, member, status, fence, audience, mode,
-                     {(tool, who): bool(allowed) for tool, who, allowed in policies},
+        rows = (await tx.session.execute(_READ_FACTS, {"b_run_id": run_id})).all()
+    if not rows:
+        return None
+    status, fence, member, audience, mode, participants, own = rows[0][:7]
+    policies = {(tool, who): bool(allowed) for *_facts, tool, who, allowed in rows
+                if tool is not None}
+    return CallFacts(run_id, member, status, fence, audience, mode, policies,
                      only_initiator=participants == 1 and own == 1)
 
 
@@ -473,3 +479,82 @@ def _bounded_raw(raw: object, limit: int = 64 * 1024) -> object:
     if len(text) <= limit and not isinstance(raw, bytes | bytearray):
         return safe
     return {"truncated": True, "chars": len(text)}
+
+
+# --- the tool's own resource authorization, read-only ----------------------------------------
+
+
+@asynccontextmanager
+async def read_only_transaction(store: Store) -> AsyncIterator[Tx]:
+    """A transaction the database itself keeps read-only, always rolled back.
+
+    SQLite: ``PRAGMA query_only`` on the connection for exactly this transaction (turned off
+    again before the connection goes back to the pool, which is invalidated if that fails);
+    PostgreSQL: ``SET TRANSACTION READ ONLY``. Whatever the caller staged is discarded: the
+    session is closed without a flush and the transaction rolled back (R-365).
+    """
+    async with store.engine.connect() as conn:
+        transaction = await conn.begin()
+        sqlite = conn.dialect.name == "sqlite"
+        try:
+            await conn.exec_driver_sql("PRAGMA query_only = ON" if sqlite
+                                       else "SET TRANSACTION READ ONLY")
+            session = AsyncSession(bind=conn, expire_on_commit=False, autoflush=True)
+            try:
+                yield Tx(session)
+            finally:
+                session.expunge_all()
+                await session.close()
+        finally:
+            try:
+                if sqlite:
+                    await conn.exec_driver_sql("PRAGMA query_only = OFF")
+                # A failed flush may already have rolled it back through the session.
+                if transaction.is_active:
+                    await transaction.rollback()
+            except Exception:
+                # Never hand a still read-only (or broken) connection to the next writer.
+                await conn.invalidate()
+                raise
+
+
+class ReadOnlyStore(Store):
+    """The store as an ``authorize`` callable sees it: every ``transaction()`` is the one
+    read-only transaction the check runs in, so repositories and services built on it
+    (``ArtifactStore(ctx.store)``) read, and any write is refused by the database."""
+
+    def __init__(self, store: Store, tx: Tx) -> None:
+        super().__init__(store.engine)
+        self._tx = tx
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Tx]:
+        yield self._tx
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceCheckContext:
+    """``ResourceContext`` for one call's ``authorize``."""
+
+    bundle: AuthorityBundle
+    store: ReadOnlyStore
+
+    @property
+    def member(self) -> str:
+        return self.bundle.member
+
+
+class StoreResourceAuthorization:
+    """Runs a tool's ``authorize`` as the member in a read-only transaction (R-226, R-365)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def __call__(self, tool: RegisteredTool, bundle: AuthorityBundle,
+                       arguments: Mapping[str, Any], /) -> ResourceVerdict:
+        authorize = tool.authorize
+        if authorize is None:
+            return ResourceVerdict.allow()
+        async with read_only_transaction(self._store) as tx:
+            return await authorize(ResourceCheckContext(bundle, ReadOnlyStore(self._store, tx)),
+                                   arguments)

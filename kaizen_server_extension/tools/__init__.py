@@ -9,6 +9,8 @@ from kaizen_server_extension.tools.decorators import tool
 from kaizen_server_extension.tools.hookspecs import hookimpl
 from kaizen_server_extension.tools.types import (
     MemberSafeError,
+    ResourceContext,
+    ResourceVerdict,
     RoomClass,
     ToolContext,
     ToolDescriptor,
@@ -18,6 +20,8 @@ from kaizen_server_extension.tools.types import (
 __all__ = [
     "Capability",
     "MemberSafeError",
+    "ResourceContext",
+    "ResourceVerdict",
     "RoomClass",
     "ToolContext",
     "ToolDescriptor",

@@ -17,6 +17,7 @@ import pydantic
 from kaizen_server_extension.runtime.port import Capability
 from kaizen_server_extension.tools.types import (
     DEFAULT_TIMEOUT_S,
+    AuthorizeImpl,
     RegisteredTool,
     RoomClass,
     ToolDescriptor,
@@ -46,12 +47,16 @@ def tool(
     explicit_grant_only: bool = False,
     input_schema: Mapping[str, Any] | None = None,
     description: str | None = None,
+    authorize: AuthorizeImpl | None = None,
 ) -> Callable[[ToolImpl], RegisteredTool]:
     """Declare an async tool implementation ``async def f(ctx, **arguments)``.
 
     The input schema is ``input_schema`` when given, else derived from the pydantic-annotated
     parameters after ``ctx``; the description is ``description`` or the docstring. The pipeline
     calls ``impl(ctx, **arguments)`` with the arguments already validated against the schema.
+
+    ``authorize`` is the tool's own resource authorization: ``async def authorize(ctx,
+    arguments) -> ResourceVerdict``, run just before execution against a read-only store.
     """
 
     def decorate(fn: ToolImpl) -> RegisteredTool:
@@ -62,6 +67,8 @@ def tool(
             raise ToolDeclarationError(f"tool {tool_name!r} must be an async function")
         if timeout_s <= 0:
             raise ToolDeclarationError(f"tool {tool_name!r}: timeout_s must be positive")
+        if authorize is not None and not inspect.iscoroutinefunction(authorize):
+            raise ToolDeclarationError(f"tool {tool_name!r}: authorize must be an async function")
         text = description if description is not None else inspect.getdoc(fn)
         if not text:
             raise ToolDeclarationError(f"tool {tool_name!r} needs a docstring or description=")
@@ -82,7 +89,7 @@ def tool(
             )
         except ValueError as exc:  # an unknown enum value: say which tool declared it
             raise ToolDeclarationError(f"tool {tool_name!r}: {exc}") from exc
-        return RegisteredTool(descriptor=descriptor, impl=fn)
+        return RegisteredTool(descriptor=descriptor, impl=fn, authorize=authorize)
 
     return decorate
 

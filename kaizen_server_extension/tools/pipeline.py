@@ -11,10 +11,16 @@ Order (spec: What happens on a tool call; R-223), every step on every call:
 7. guardrail chain and approval mode; a call needing a decision is persisted before any wait
    and reported as :class:`ApprovalPending`; an approved receipt is consumed once (R-224,
    R-240..R-242);
-8. execution as the member, bounded by the declared timeout (capped at 240 s) and cancelled
+8. the write guard and the tool's own resource authorization, after any approval and
+   immediately before execution (R-223, R-226): for every call that may have an effect, the
+   run is re-checked live and the member's permission re-resolved at that instant; a tool
+   declaring ``authorize`` has it answered against a read-only store (R-365). A denial is a
+   definite refusal: nothing ran;
+9. execution as the member, bounded by the declared timeout (capped at 240 s) and cancelled
    with the turn (R-291..R-294);
-9. outcome classification (the body is read, not only the envelope: R-274) and a bounded,
-   redacted, member-safe projection (R-229, R-344). The raw result goes to audit only.
+10. outcome classification (the body is read, not only the envelope: R-274) and a bounded,
+    redacted, member-safe projection (R-229, R-344), which the guardrail chain checks again
+    before it is published (R-070). The raw result goes to audit only.
 
 A genuine policy or authorization block settles as an error that closes the turn; everything
 the model can repair (bad arguments, a refused repeat, a failed read) settles as an error the
@@ -45,7 +51,9 @@ from kaizen_server_extension.policy.guardrails import (
     Deny,
     GuardrailCall,
     GuardrailChain,
+    GuardrailResult,
     NeedsApproval,
+    Redact,
 )
 from kaizen_server_extension.policy.ports import (
     ApprovalModeResolver,
@@ -54,6 +62,7 @@ from kaizen_server_extension.policy.ports import (
     AuditSink,
     AuthorityCheck,
     PermissionResolver,
+    ResourceAuthorizer,
     RosterCheck,
     ToolExecutor,
 )
@@ -80,6 +89,7 @@ from kaizen_server_extension.tools.schema import validate_arguments
 from kaizen_server_extension.tools.types import (
     MemberSafeError,
     RegisteredTool,
+    ResourceVerdict,
     RoomClass,
     ToolDescriptor,
     WriteCategory,
@@ -164,6 +174,7 @@ class ToolPipeline:
         metrics: ToolMetrics | None = None,
         projection_limit: int = DEFAULT_PROJECTION_LIMIT,
         cancelled: asyncio.Event | None = None,
+        resources: ResourceAuthorizer | None = None,
     ) -> None:
         if projection_limit < 1:
             raise ValueError("projection_limit must be positive")
@@ -183,6 +194,7 @@ class ToolPipeline:
         self._metrics = metrics if metrics is not None else default_metrics()
         self._projection_limit = projection_limit
         self._cancelled = cancelled
+        self._resources = resources
 
     # --- entry point -----------------------------------------------------------------------
 
@@ -232,28 +244,21 @@ class ToolPipeline:
             return self._denied(request, denied, descriptor)
         if declined is not None:
             return declined
-        return await self._execute(bundle, request, registered, arguments)
+        try:
+            refused = await self._guard_write(bundle, request, registered, arguments)
+        except PolicyDenied as denied:
+            return self._denied(request, denied, descriptor)
+        if refused is not None:
+            return refused
+        settled = await self._execute(bundle, request, registered, arguments)
+        return await self._check_result(bundle, request, descriptor, settled)
 
     # --- steps 2-4: permissions, ceiling, room ---------------------------------------------
 
     async def _admit(
         self, bundle: AuthorityBundle, name: str, registered: RegisteredTool | None
     ) -> RegisteredTool:
-        try:
-            allowed = await self._permissions.allowed(bundle.member, name)
-        except Exception as exc:
-            # A failed access check is an internal error in that check, with no claim about
-            # the tool's outcome (R-364); it fails closed.
-            reference = uuid.uuid4().hex[:12]
-            log.warning("permission check for %s failed (reference %s): %s", name, reference,
-                        _operator_detail(exc))
-            raise PolicyDenied(
-                "permission_check_failed",
-                f"Checking permission to use {name} failed with an internal error "
-                f"(reference {reference}).") from None
-        if not allowed:
-            raise PolicyDenied("permission_denied",
-                               "You do not currently have permission to use that tool.")
+        await self._check_permission(bundle, name)
         self._ceiling.check(name)
         if registered is None:
             # In the frozen catalog but no longer registered: fail closed like the ceiling.
@@ -273,6 +278,23 @@ class ToolPipeline:
                     "conversation is shared, so it was not run.",
                 )
         return registered
+
+    async def _check_permission(self, bundle: AuthorityBundle, name: str) -> None:
+        try:
+            allowed = await self._permissions.allowed(bundle.member, name)
+        except Exception as exc:
+            # A failed access check is an internal error in that check, with no claim about
+            # the tool's outcome (R-364); it fails closed.
+            reference = uuid.uuid4().hex[:12]
+            log.warning("permission check for %s failed (reference %s): %s", name, reference,
+                        _operator_detail(exc))
+            raise PolicyDenied(
+                "permission_check_failed",
+                f"Checking permission to use {name} failed with an internal error "
+                f"(reference {reference}).") from None
+        if not allowed:
+            raise PolicyDenied("permission_denied",
+                               "You do not currently have permission to use that tool.")
 
     # --- step 5: arguments -----------------------------------------------------------------
 
@@ -368,7 +390,63 @@ class ToolPipeline:
                                "unavailable, so it was not run.") from None
         return None
 
-    # --- step 8: execution -----------------------------------------------------------------
+    # --- step 8: write guard and the tool's own resource authorization ----------------------
+
+    async def _guard_write(
+        self,
+        bundle: AuthorityBundle,
+        request: ToolCallRequest,
+        registered: RegisteredTool,
+        arguments: Mapping[str, Any],
+    ) -> _Settled | None:
+        """Raise PolicyDenied / AuthorityRejected, return a refusal, or None to execute.
+
+        Runs after the approval gate, so whatever an approval wait let change (a cancelled or
+        taken-over run, a revoked permission) is seen here, at the last instant before the
+        tool runs (R-223, R-226)."""
+        descriptor = registered.descriptor
+        if _may_have_effect(descriptor):
+            # The run is still ours and the room unchanged; a lost run is not settled.
+            await self._authority.verify(bundle)
+            await self._check_permission(bundle, request.name)
+        if registered.authorize is None:
+            return None
+        if self._resources is None:
+            raise PolicyDenied("resource_check_unavailable",
+                               f"{request.name} checks access to what it changes and that "
+                               "check is unavailable here, so it was not run.")
+        try:
+            verdict = await self._resources(registered, bundle, arguments)
+            if not isinstance(verdict, ResourceVerdict):
+                raise TypeError(f"authorize returned {type(verdict).__name__}")
+        except (RunCancelled, AuthorityRejected):
+            raise
+        except Exception as exc:
+            # An internal error in the access check (a write it attempted included): nothing
+            # ran, and no claim is made about an outcome (R-364, R-365).
+            reference = uuid.uuid4().hex[:12]
+            log.warning("resource authorization of %s failed (reference %s, run call %s): %s",
+                        request.name, reference, request.call_id, _operator_detail(exc))
+            raise PolicyDenied(
+                "resource_check_failed",
+                f"Checking access for {request.name} failed with an internal error "
+                f"(reference {reference}); it was not run.") from None
+        if verdict.allowed:
+            return None
+        reason = redact_text(verdict.reason.strip())[:_MAX_MESSAGE_CHARS] or (
+            "You cannot change that.")
+        # The model can repair a wrong target, so the turn goes on; the refusal is definite.
+        return _Settled(
+            ToolCallResult(call_id=request.call_id, name=request.name,
+                           outcome=ToolOutcome.ERROR,
+                           content=f"{reason} {request.name} was not run.",
+                           capability=descriptor.capability,
+                           failure_domain=FailureDomain.CALLER),
+            raw={"refused": verdict.code, "stage": "resource_authorization"},
+            reason_code=verdict.code, remember=True,
+        )
+
+    # --- step 9: execution -----------------------------------------------------------------
 
     async def _execute(
         self,
@@ -437,7 +515,7 @@ class ToolPipeline:
         self._metrics.record(request.name, descriptor.capability, ToolOutcome.ABANDONED)
         await self._audit_safely(bundle, request, ToolOutcome.ABANDONED, None)
 
-    # --- step 9: classification and projection ---------------------------------------------
+    # --- step 10: classification, projection and the result guardrails ---------------
 
     def _classify(
         self, request: ToolCallRequest, descriptor: ToolDescriptor, body: object
@@ -456,6 +534,45 @@ class ToolPipeline:
             )
         return self._error(request, descriptor, content, details.domain, raw=body,
                            reason_code=details.reason_code, exit_status=details.exit_status)
+
+    async def _check_result(
+        self,
+        bundle: AuthorityBundle,
+        request: ToolCallRequest,
+        descriptor: ToolDescriptor,
+        settled: _Settled,
+    ) -> _Settled:
+        """The guardrails again, on the projection about to be published (R-070)."""
+        if not self._guardrails.checks_results:
+            return settled
+        result = settled.result
+        verdict = await self._guardrails.evaluate_result(GuardrailResult(
+            bundle, request, descriptor, result.outcome, result.content))
+        if isinstance(verdict, Redact):
+            return replace(settled, result=replace(
+                result, content=self._project(verdict.content)))
+        if not isinstance(verdict, Deny):
+            return settled
+        log.warning("a result guardrail withheld the result of %s (run call %s, code %s)",
+                    request.name, request.call_id, verdict.code)
+        reason = redact_text(verdict.reason.strip())[:_MAX_MESSAGE_CHARS]
+        content = (f"The result of {request.name} was withheld by a safety check"
+                   f"{': ' + reason if reason else '.'} Do not call it again for the same "
+                   "thing; answer with what you have.")
+        if result.may_have_effect:
+            content += " It did run, so any change it made stands."
+        # The tool ran: its raw result stays in audit only; the model, the member and the
+        # journal get the refusal, and the turn goes on as for an error.
+        # A failed result keeps its own outcome (a raised write still closes the turn).
+        was_ok = result.outcome is ToolOutcome.OK
+        withheld = replace(result, content=content, evidence=False,
+                           outcome=ToolOutcome.ERROR if was_ok else result.outcome,
+                           failure_domain=(FailureDomain.TOOL if was_ok
+                                           else result.failure_domain))
+        return replace(settled, result=withheld,
+                       raw={"result_withheld": verdict.code, "raw": settled.raw},
+                       reason_code=verdict.code if was_ok else settled.reason_code,
+                       log_failure=was_ok or settled.log_failure)
 
     def _error(
         self,
@@ -510,7 +627,7 @@ class ToolPipeline:
                            capability=descriptor.capability,
                            failure_domain=FailureDomain.TOOL, closes_turn=True,
                            close_reason="ambiguous_write", may_have_effect=True,
-                           delegated=self._delegates(descriptor)),
+                           delegated=self._delegates(descriptor), reference=reference),
             raw={"error": content, "exception_type": kind, "reference": reference},
             reason_code="raised", remember=True, log_failure=False,
         )

@@ -148,10 +148,8 @@ class ToolRegistry:
             )
         # Provenance is the registry's fact, not the plugin's claim.
         if item.descriptor.first_party != first_party:
-            item = RegisteredTool(
-                descriptor=dataclasses.replace(item.descriptor, first_party=first_party),
-                impl=item.impl,
-            )
+            item = dataclasses.replace(
+                item, descriptor=dataclasses.replace(item.descriptor, first_party=first_party))
         self._tools[name] = item
         self._owner[name] = owner
 

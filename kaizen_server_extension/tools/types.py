@@ -69,6 +69,47 @@ class ToolContext(Protocol):
 ToolImpl = Callable[..., Awaitable[Any]]
 
 
+class ResourceContext(Protocol):
+    """What a tool's ``authorize`` callable may use: who is asking, and a read-only store.
+
+    ``store`` opens only the one read-only transaction the check runs in (SQLite
+    ``PRAGMA query_only``, PostgreSQL ``SET TRANSACTION READ ONLY``): an authorize callable
+    must not mutate (R-365), and a write it attempts is refused by the database.
+    """
+
+    @property
+    def bundle(self) -> AuthorityBundle: ...
+
+    @property
+    def member(self) -> str: ...
+
+    @property
+    def store(self) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceVerdict:
+    """A tool's own resource authorization: allowed, or denied with a member-safe reason."""
+
+    allowed: bool
+    reason: str = ""
+    code: str = "resource_denied"
+
+    @classmethod
+    def allow(cls) -> ResourceVerdict:
+        return RESOURCE_ALLOWED
+
+    @classmethod
+    def deny(cls, reason: str, code: str = "resource_denied") -> ResourceVerdict:
+        return cls(False, reason, code)
+
+
+RESOURCE_ALLOWED = ResourceVerdict(True)
+
+#: ``async def authorize(ctx, arguments) -> ResourceVerdict`` with the validated arguments.
+AuthorizeImpl = Callable[[ResourceContext, Mapping[str, Any]], Awaitable[ResourceVerdict]]
+
+
 @dataclass(frozen=True)
 class ToolDescriptor:
     """A tool as registered: the trusted wrapper's declaration, not the model's."""
@@ -100,3 +141,6 @@ class ToolDescriptor:
 class RegisteredTool:
     descriptor: ToolDescriptor
     impl: ToolImpl
+    # The tool's own resource authorization, run by the pipeline's write-guard step after any
+    # approval and immediately before execution (R-226), in a read-only transaction (R-365).
+    authorize: AuthorizeImpl | None = None

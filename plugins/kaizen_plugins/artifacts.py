@@ -9,7 +9,7 @@ projected as definite "nothing was saved" errors (R-366); the turn goes on.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import Field
@@ -36,6 +36,8 @@ from kaizen_server_extension.store.store import new_id
 from kaizen_server_extension.tools import (
     Capability,
     MemberSafeError,
+    ResourceContext,
+    ResourceVerdict,
     RoomClass,
     ToolContext,
     WriteCategory,
@@ -118,6 +120,39 @@ def _summary(record: ArtifactVersionRecord, verb: str) -> dict[str, Any]:
                        "shown in the Artifact pane; refer to it rather than repeating it."}
 
 
+# --- resource authorization (the write guard's step; R-226) -----------------------------------
+# Each runs just before its tool, against a read-only store (R-365), and answers the same
+# member-safe sentence the tool body's own check would; the bodies keep their checks.
+
+
+async def _resolvable(ctx: ResourceContext, artifact_id: str, *, room: str | None,
+                      owned: bool) -> ResourceVerdict:
+    try:
+        record = await ArtifactStore(ctx.store).resolve(ctx.member, artifact_id, room=room)
+    except MemberError as exc:
+        return ResourceVerdict.deny(f"{exc.message} Nothing was saved.", exc.code)
+    if owned and record.owner != ctx.member:
+        # Another member's artifact looks exactly like a missing one (API.md: never 403).
+        return ResourceVerdict.deny("No such artifact. Nothing was saved.",
+                                    "artifact_not_found")
+    return ResourceVerdict.allow()
+
+
+async def _may_update(ctx: ResourceContext, arguments: Mapping[str, Any]) -> ResourceVerdict:
+    """An explicit artifact_id must be the member's own artifact. Without one the body falls
+    back to the focused artifact, which it resolves under the member itself."""
+    target = arguments.get("artifact_id")
+    if not target:
+        return ResourceVerdict.allow()
+    return await _resolvable(ctx, str(target), room=None, owned=True)
+
+
+async def _may_edit(ctx: ResourceContext, arguments: Mapping[str, Any]) -> ResourceVerdict:
+    """The member's own artifact, or one shared in this room (edited as a remix)."""
+    return await _resolvable(ctx, str(arguments.get("artifact_id", "")),
+                             room=ctx.bundle.conversation_id, owned=False)
+
+
 # --- single-call writes ----------------------------------------------------------------------
 
 
@@ -138,7 +173,7 @@ async def create_artifact(ctx: ToolContext, title: Title, kind: Kind, content: C
     return _summary(record, "Created")
 
 
-@tool(name="update_artifact", **_WRITE)  # type: ignore[arg-type]
+@tool(name="update_artifact", authorize=_may_update, **_WRITE)  # type: ignore[arg-type]
 async def update_artifact(ctx: ToolContext, content: Content,
                           artifact_id: ArtifactId | None = None, title: Title | None = None,
                           language: Language = None,
@@ -207,7 +242,7 @@ async def read_artifact(ctx: ToolContext, artifact_id: ArtifactId,
             "more": end < total, "text": f"[artifact#{tag}]\n{rows}"}
 
 
-@tool(name="edit_artifact", **_WRITE)  # type: ignore[arg-type]
+@tool(name="edit_artifact", authorize=_may_edit, **_WRITE)  # type: ignore[arg-type]
 async def edit_artifact(ctx: ToolContext, artifact_id: ArtifactId,
                         version: Annotated[int, Field(ge=1, description="The version read.")],
                         tag: Annotated[str, Field(pattern=r"^[0-9A-Fa-f]{4}$",

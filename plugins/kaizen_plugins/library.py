@@ -7,16 +7,21 @@ under the caller inside the write.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
+from sqlalchemy import select
 
 from kaizen_server_extension.errors import MemberError
+from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.artifacts import ArtifactStore
 from kaizen_server_extension.store.library import LibraryStore
 from kaizen_server_extension.tools import (
     Capability,
     MemberSafeError,
+    ResourceContext,
+    ResourceVerdict,
     RoomClass,
     ToolContext,
     WriteCategory,
@@ -48,9 +53,28 @@ async def inspect_library(ctx: ToolContext,
     return {"surface": surface, "items": items}
 
 
+async def _owns_destination(ctx: ResourceContext,
+                            arguments: Mapping[str, Any]) -> ResourceVerdict:
+    """The destination collection or project is the member's own (R-226); read-only. The
+    body re-resolves it, and the item, inside its write."""
+    model = (m.LibraryCollection if arguments.get("action") == "file_into_collection"
+             else m.LibraryProject)
+    destination = str(arguments.get("destination_id", ""))
+    async with ctx.store.transaction() as tx:
+        owner = (await tx.session.execute(
+            select(model.owner).where(model.id == destination))).scalar_one_or_none()
+    if owner != ctx.member:
+        return ResourceVerdict.deny(
+            # The store's own sentence: which side refused is not distinguishable.
+            "Nothing was changed: the destination or the item does not exist or is not "
+            "available to you.",
+            "library_not_found")
+    return ResourceVerdict.allow()
+
+
 @tool(name="manage_library", capability=Capability.WRITE,
       room_class=RoomClass.ACTOR_BOUND_WRITE, write_category=WriteCategory.MEMBER_STORE,
-      surface="library", timeout_s=15)
+      surface="library", timeout_s=15, authorize=_owns_destination)
 async def manage_library(ctx: ToolContext,
                          action: Literal["file_into_collection", "link_into_project"],
                          destination_id: Id, item_id: Id,

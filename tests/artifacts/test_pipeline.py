@@ -15,6 +15,7 @@ from kaizen_server_extension.policy.authority import FixedApprovalMode, FixedBun
 from kaizen_server_extension.runtime.port import AuthorityBundle, ToolCallRequest, ToolOutcome
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store.artifacts import ArtifactStore
+from kaizen_server_extension.store.policy import StoreResourceAuthorization
 from kaizen_server_extension.tools.pipeline import ToolPipeline
 from kaizen_server_extension.tools.types import RegisteredTool
 from tests.artifacts.support import Ctx, bundle_of, live_run, room
@@ -33,7 +34,8 @@ async def _pipeline(store: Store) -> tuple[ToolPipeline, AuthorityBundle]:
     pipeline = ToolPipeline(
         tools=tools, ceiling=list(tools), authority=FixedBundleAuthority(bundle),
         permissions=Permissions(), approval_modes=FixedApprovalMode(ApprovalMode.NEVER_ASK),
-        approvals=None, executor=execute, roster_is_only_initiator=Roster(), audit=Audit())
+        approvals=None, executor=execute, roster_is_only_initiator=Roster(), audit=Audit(),
+        resources=StoreResourceAuthorization(store))
     return pipeline, bundle
 
 

@@ -147,13 +147,15 @@ async def test_the_callback_runs_its_checks_in_the_specified_order() -> None:
                          "approval_receipt"]
     assert "execute" not in rec.steps
 
-    # After the decision: the same checks again, the receipt consumed, then execution, then
-    # the (redacted) projection and audit.
+    # After the decision: the same checks again, the receipt consumed, the write guard (the
+    # run and the member's permission re-checked at that instant), then execution, then the
+    # (redacted) projection and audit.
     approvals.decide(pending.value.approval_id, ApprovalStatus.APPROVED)
     rec.steps.clear()
     result = await pipeline.run(BUNDLE, request("publish", call_id="c2"))
     assert rec.steps == ["bundle", "permissions", "approval_mode", "guardrails",
-                         "approval_receipt", "approval_consumed", "execute", "audit"]
+                         "approval_receipt", "approval_consumed", "bundle", "permissions",
+                         "execute", "audit"]
     assert result.outcome is ToolOutcome.OK
     assert "sk-live-abcdefghijklmnop1234" not in result.content  # projected after execution
 
