@@ -57,8 +57,13 @@ def suggests_activity_check(results: Iterable[ToolCallResult]) -> bool:
 
 
 def fallback_message(reason: str, results: Iterable[ToolCallResult]) -> str:
-    """The sentence(s) a member sees for a turn that settled without an answer."""
+    """The sentence(s) a member sees for a turn that settled without an answer; a failed
+    call's operator reference ends it, so the member can quote it to an operator (R-362)."""
+    results = tuple(results)
     text = _MESSAGES.get(reason, _DEFAULT)
     if suggests_activity_check(results):
         text = f"{text} {CHECK_ACTIVITY}"
+    references = [r.reference for r in results if r.failed and r.reference]
+    if references:
+        text = f"{text} Reference: {', '.join(dict.fromkeys(references))}."
     return text

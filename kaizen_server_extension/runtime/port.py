@@ -108,6 +108,9 @@ class ToolCallResult:
     delegated: bool = False
     # Deferred catalog tools the backend made callable from the next step (tool discovery).
     reveals: tuple[str, ...] = ()
+    # The operator reference of a failed write: the same one ends the WARNING, the audit row
+    # and the member's answer. Opaque; never carries failure text.
+    reference: str | None = None
 
     @property
     def failed(self) -> bool:
