@@ -253,7 +253,7 @@ def test_a_gateway_that_is_down_is_the_tools_failure(
         finally:
             server.stop()
     assert call["outcome"] == "error" and call["failure_domain"] == "tool", call
-    assert call["body"]["code"] == "kernel_unavailable"
+    assert call["body"].get("code") == "kernel_unavailable", call
     assert "gateway" in call["body"]["message"]
     assert "127.0.0.1" not in call["body"]["message"]  # no address in a model-facing text
     assert call["run"]["status"] == "completed"  # the turn went on and answered
