@@ -299,13 +299,20 @@ class LaneService:
         if resources:  # the run audit's bounded resource list (R-457)
             await AttachmentStore(self.store).audit_admitted(
                 run.member, run.conversation_id, run.id, resources)
+        manifest = await self._manifest(run, bundle, agent, conversation, tools)
+
+        await self._drive_turn(run, bundle, tools, manifest, model, gateway, cancelled)
+
+    async def _manifest(self, run: RunRecord, bundle: AuthorityBundle, agent: AgentRecord,
+                        conversation: ConversationRecord, tools: FrozenTools) -> RunManifest:
+        """What the controller runs with: the same for an admitted and a resumed run."""
         history = await self.store.journal.exchanges(run.conversation_id)
-        manifest = RunManifest(
+        roster = await roster_for(self.store, run.member, run.conversation_id,
+                                  tools.advertised)
+        return RunManifest(
             bundle=bundle,
             context=build_context(agent.persona, history, current_input_id=run.input_id,
-                                  shared=conversation.shared,
-                                  roster=await roster_for(self.store, run.member,
-                                                          run.conversation_id, tools.advertised)),
+                                  shared=conversation.shared, roster=roster),
             catalog=tools.advertised,
             catalog_digest=tools.digest,
             budgets=self._config.budgets,
@@ -314,8 +321,6 @@ class LaneService:
             required_tool=tools.required_tool,
             deferred=tools.deferred,
         )
-
-        await self._drive_turn(run, bundle, tools, manifest, model, gateway, cancelled)
 
     async def _drive_turn(self, run: RunRecord, bundle: AuthorityBundle, tools: FrozenTools,
                           manifest: RunManifest, model: str, gateway: ModelGatewayPort,
@@ -479,21 +484,7 @@ class LaneService:
             agent_version_id=run.agent_version_id, audience_version=run.audience_version,
             resource_digest=run.resource_digest, fence=run.fence,
         )
-        history = await self.store.journal.exchanges(run.conversation_id)
-        manifest = RunManifest(
-            bundle=bundle,
-            context=build_context(agent.persona, history, current_input_id=run.input_id,
-                                  shared=conversation.shared,
-                                  roster=await roster_for(self.store, run.member,
-                                                          run.conversation_id, tools.advertised)),
-            catalog=tools.advertised,
-            catalog_digest=tools.digest,
-            budgets=self._config.budgets,
-            synthesis=SYNTHESIS,
-            correction_rules=self._config.correction_rules,
-            required_tool=tools.required_tool,
-            deferred=tools.deferred,
-        )
+        manifest = await self._manifest(run, bundle, agent, conversation, tools)
         await self._drive_turn(run, bundle, tools, manifest, run.model, gateway, cancelled,
                                resume=point, controller_name=str(controller_name))
 
