@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kaizen_server_extension.store import Store, create_engine, upgrade
 from kaizen_server_extension.store.engine import is_sqlite, sqlite_url_for
+from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from tests.support.server import ServerProcess, start_server
 
 POSTGRES_URL = os.environ.get("KAIZEN_TEST_DATABASE_URL", "")
@@ -66,6 +70,24 @@ def _database_for(backend: str, root: Path) -> tuple[str, str | None]:
     if backend == "sqlite":
         return sqlite_url_for(root / "kaizen.db"), None
     return POSTGRES_URL, new_schema()
+
+
+@contextlib.contextmanager
+def scripted_server(backend: str, root: Path, scripts: list[dict[str, Any]],
+                    extra_env: dict[str, str] | None = None) -> Iterator[ServerProcess]:
+    """A real server on ``backend`` answered by a fake model replaying ``scripts``; its
+    PostgreSQL schema is dropped afterwards."""
+    url, schema = _database_for(backend, root)
+    with FakeOpenAI(scripts) as fake_model:
+        proc = start_server(root, url, schema, extra_env={
+            "KAIZEN_MODEL_BASE_URL": fake_model.base_url, "KAIZEN_MODEL": "fake-model",
+            **(extra_env or {})})
+        try:
+            yield proc
+        finally:
+            proc.stop()
+            if schema:
+                asyncio.run(drop_schema(schema))
 
 
 @pytest.fixture(scope="session", params=BACKENDS)

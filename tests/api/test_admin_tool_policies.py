@@ -3,7 +3,6 @@ and a revocation made over REST bites on the next tool call of a running turn.""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -11,10 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from kaizen_server_extension.testing.fake_openai import FakeOpenAI
-from tests.conftest import BACKENDS, _database_for, drop_schema
+from tests.conftest import BACKENDS, scripted_server
 from tests.lanes.test_turns import _events, _room, _send, _settled
-from tests.support.server import ServerProcess, start_server
+from tests.support.server import ServerProcess
 
 POLICIES = "admin/tool-policies"
 SCRIPTS: list[dict[str, Any]] = [
@@ -32,18 +30,9 @@ SCRIPTS: list[dict[str, Any]] = [
 @pytest.fixture(scope="module", params=BACKENDS)
 def admin_server(request: pytest.FixtureRequest,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    fake_model = FakeOpenAI(SCRIPTS)
-    request.addfinalizer(fake_model.close)
     root = tmp_path_factory.mktemp(f"admin-server-{request.param}")
-    url, schema = _database_for(str(request.param), root)
-    proc = start_server(root, url, schema, extra_env={
-        "KAIZEN_MODEL_BASE_URL": fake_model.base_url, "KAIZEN_MODEL": "fake-model"})
-    try:
+    with scripted_server(str(request.param), root, SCRIPTS) as proc:
         yield proc
-    finally:
-        proc.stop()
-        if schema:
-            asyncio.run(drop_schema(schema))
 
 
 def _policies(client: httpx.Client, **params: str) -> list[dict[str, Any]]:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from kaizen_server_extension.testing.fake_openai import FakeOpenAI
-from tests.conftest import BACKENDS, _database_for, drop_schema
-from tests.support.server import ServerProcess, start_server
+from tests.conftest import BACKENDS, scripted_server
+from tests.support.server import ServerProcess
 
 SCRIPTS: list[dict[str, Any]] = [
     {"match": "say hello", "responses": [
@@ -38,18 +36,7 @@ SCRIPTS: list[dict[str, Any]] = [
 def model_server(request: pytest.FixtureRequest,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     # One fake per server: attempt counters (fail_times) must not leak between backends.
-    fake_model = FakeOpenAI(SCRIPTS)
-    request.addfinalizer(fake_model.close)
     root = tmp_path_factory.mktemp(f"model-server-{request.param}")
-    url, schema = _database_for(str(request.param), root)
-    proc = start_server(root, url, schema, extra_env={
-        "KAIZEN_MODEL_BASE_URL": fake_model.base_url,
-        "KAIZEN_MODEL": "fake-model",
-        "AGENT_LOOP_MAX_CYCLES": "4",
-    })
-    try:
+    with scripted_server(str(request.param), root, SCRIPTS,
+                         {"AGENT_LOOP_MAX_CYCLES": "4"}) as proc:
         yield proc
-    finally:
-        proc.stop()
-        if schema:
-            asyncio.run(drop_schema(schema))

@@ -10,7 +10,6 @@ participants' privileges: one member's denial does not bind another (R-035).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -19,10 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-from kaizen_server_extension.testing.fake_openai import FakeOpenAI
-from tests.conftest import BACKENDS, _database_for, drop_schema
+from tests.conftest import BACKENDS, scripted_server
 from tests.lanes.test_turns import _events, _send, _settled
-from tests.support.server import ServerProcess, json_of, start_server
+from tests.support.server import ServerProcess, json_of
 
 TOOL = "list_available_agents"
 POLICIES = "admin/tool-policies"
@@ -59,18 +57,9 @@ SCRIPTS: list[dict[str, Any]] = [
 @pytest.fixture(scope="module", params=BACKENDS)
 def authority_server(request: pytest.FixtureRequest,
                      tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    fake_model = FakeOpenAI(SCRIPTS)
-    request.addfinalizer(fake_model.close)
     root = tmp_path_factory.mktemp(f"authority-server-{request.param}")
-    url, schema = _database_for(str(request.param), root)
-    proc = start_server(root, url, schema, extra_env={
-        "KAIZEN_MODEL_BASE_URL": fake_model.base_url, "KAIZEN_MODEL": "fake-model"})
-    try:
+    with scripted_server(str(request.param), root, SCRIPTS) as proc:
         yield proc
-    finally:
-        proc.stop()
-        if schema:
-            asyncio.run(drop_schema(schema))
 
 
 def _shared_room(owner: httpx.Client, *members: str) -> str:

@@ -4,7 +4,6 @@ Real server, real pipeline, the fake OpenAI-compatible model."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -13,10 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from kaizen_server_extension.testing.fake_openai import FakeOpenAI
-from tests.conftest import BACKENDS, _database_for, drop_schema
+from tests.conftest import BACKENDS, scripted_server
 from tests.lanes.test_turns import _events, _send, _settled
-from tests.support.server import ServerProcess, start_server
+from tests.support.server import ServerProcess
 
 REFUSAL = "I cannot help with that."
 RULES = [{"id": "no-refusals", "pattern": "cannot help",
@@ -41,19 +39,10 @@ SCRIPTS: list[dict[str, Any]] = [
 @pytest.fixture(scope="module", params=BACKENDS)
 def correcting_server(request: pytest.FixtureRequest,
                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    fake_model = FakeOpenAI(SCRIPTS)
-    request.addfinalizer(fake_model.close)
     root = tmp_path_factory.mktemp(f"correcting-server-{request.param}")
-    url, schema = _database_for(str(request.param), root)
-    proc = start_server(root, url, schema, extra_env={
-        "KAIZEN_MODEL_BASE_URL": fake_model.base_url, "KAIZEN_MODEL": "fake-model",
-        "AGENT_STREAM_CORRECTION_RULES": json.dumps(RULES)})
-    try:
+    env = {"AGENT_STREAM_CORRECTION_RULES": json.dumps(RULES)}
+    with scripted_server(str(request.param), root, SCRIPTS, env) as proc:
         yield proc
-    finally:
-        proc.stop()
-        if schema:
-            asyncio.run(drop_schema(schema))
 
 
 def _room_with(client: httpx.Client, agent_id: str) -> str:
