@@ -384,9 +384,12 @@ class KaizenApp(ExtensionApp):
 
         serverapp.web_app.add_handlers(".*$", bridge_handlers(serverapp.base_url,
                                                               service.leases, dispatch))
-        await service.start()
+        # Attached before the pool warms (which may wait on a slow or unreachable gateway):
+        # the server already answers requests, and a turn arriving meanwhile starts its
+        # kernel on demand instead of being told run_code does not exist.
         self.kaizen.tools.attach_run_code(service)
         self._run_code = service
+        await service.start()
         # Persistent kernels can be attached to the Jupyter server's kernel manager for a
         # console (withdrawn when their lease lets them go; api/kernel_console.py).
         from kaizen_kernel.console import KernelConsoles
