@@ -7,9 +7,9 @@ import contextlib
 import os
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -18,6 +18,7 @@ from kaizen_server_extension.store.engine import is_sqlite, sqlite_url_for
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from tests.support.server import ServerProcess, start_server
 
+T = TypeVar("T")
 POSTGRES_URL = os.environ.get("KAIZEN_TEST_DATABASE_URL", "")
 BACKENDS = ["sqlite", "postgresql"] if POSTGRES_URL else ["sqlite"]
 RULES_FILE = Path(__file__).resolve().parents[2] / "shared" / "spec" / "RULES.md"
@@ -73,21 +74,41 @@ def _database_for(backend: str, root: Path) -> tuple[str, str | None]:
 
 
 @contextlib.contextmanager
+def served_by(backend: str, root: Path, fake_model: FakeOpenAI,
+              extra_env: dict[str, str] | None = None) -> Iterator[ServerProcess]:
+    """A real server on ``backend`` answered by ``fake_model``; its PostgreSQL schema is
+    dropped afterwards."""
+    url, schema = _database_for(backend, root)
+    proc = start_server(root, url, schema, extra_env={
+        "KAIZEN_MODEL_BASE_URL": fake_model.base_url, "KAIZEN_MODEL": "fake-model",
+        **(extra_env or {})})
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        if schema:
+            asyncio.run(drop_schema(schema))
+
+
+@contextlib.contextmanager
 def scripted_server(backend: str, root: Path, scripts: list[dict[str, Any]],
                     extra_env: dict[str, str] | None = None) -> Iterator[ServerProcess]:
-    """A real server on ``backend`` answered by a fake model replaying ``scripts``; its
-    PostgreSQL schema is dropped afterwards."""
-    url, schema = _database_for(backend, root)
-    with FakeOpenAI(scripts) as fake_model:
-        proc = start_server(root, url, schema, extra_env={
-            "KAIZEN_MODEL_BASE_URL": fake_model.base_url, "KAIZEN_MODEL": "fake-model",
-            **(extra_env or {})})
+    """:func:`served_by` a fake model replaying ``scripts``."""
+    with FakeOpenAI(scripts) as fake_model, \
+            served_by(backend, root, fake_model, extra_env) as proc:
+        yield proc
+
+
+def with_server_store(server: ServerProcess, work: Callable[[Store], Awaitable[T]]) -> T:
+    """Run ``work`` against the database a test server uses, from the test process."""
+    async def main() -> T:
+        engine = create_engine(server.env["KAIZEN_DATABASE_URL"],
+                               schema=server.env.get("KAIZEN_DATABASE_SCHEMA"))
         try:
-            yield proc
+            return await work(Store(engine))
         finally:
-            proc.stop()
-            if schema:
-                asyncio.run(drop_schema(schema))
+            await engine.dispose()
+    return asyncio.run(main())
 
 
 @pytest.fixture(scope="session", params=BACKENDS)

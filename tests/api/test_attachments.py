@@ -4,11 +4,10 @@ in a real (jailed) kernel through ``KAIZEN_SHARED_RESOURCES_*``."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -16,13 +15,13 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from kaizen_server_extension.store import Store, create_engine
+from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.artifacts import ArtifactStore, WriteContext
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
-from tests.conftest import BACKENDS, _database_for, drop_schema
+from tests.conftest import BACKENDS, served_by, with_server_store
 from tests.lanes.test_turns import _events, _room, _send, _settled
-from tests.support.server import ServerProcess, json_of, start_server
+from tests.support.server import ServerProcess, json_of
 
 T = TypeVar("T")
 
@@ -67,28 +66,9 @@ def attach_server(request: pytest.FixtureRequest,
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[
                       tuple[ServerProcess, FakeOpenAI]]:
     root: Path = tmp_path_factory.mktemp(f"attach-{request.param}")
-    url, schema = _database_for(str(request.param), root)
-    with FakeOpenAI(SCRIPTS) as fake:
-        server = start_server(root, url, schema, extra_env={
-            "KAIZEN_MODEL_BASE_URL": fake.base_url, "KAIZEN_MODEL": "fake",
-            "KAIZEN_KERNEL_POOL_SIZE": "1"})
-        try:
-            yield server, fake
-        finally:
-            server.stop()
-            if schema:
-                asyncio.run(drop_schema(schema))
-
-
-def _db(server: ServerProcess, work: Callable[[Store], Awaitable[T]]) -> T:
-    async def main() -> T:
-        engine = create_engine(server.env["KAIZEN_DATABASE_URL"],
-                               schema=server.env.get("KAIZEN_DATABASE_SCHEMA"))
-        try:
-            return await work(Store(engine))
-        finally:
-            await engine.dispose()
-    return asyncio.run(main())
+    with FakeOpenAI(SCRIPTS) as fake, served_by(str(request.param), root, fake, {
+            "KAIZEN_MODEL": "fake", "KAIZEN_KERNEL_POOL_SIZE": "1"}) as server:
+        yield server, fake
 
 
 def _artifact(server: ServerProcess, owner: str, content: bytes, title: str,
@@ -98,7 +78,7 @@ def _artifact(server: ServerProcess, owner: str, content: bytes, title: str,
             owner, title=title, kind="file", content=content, mime="text/csv",
             where=WriteContext(room))
         return record.artifact_id
-    return _db(server, create)
+    return with_server_store(server, create)
 
 
 def _audit(server: ServerProcess, conversation: str) -> list[tuple[str, Any]]:
@@ -109,11 +89,11 @@ def _audit(server: ServerProcess, conversation: str) -> list[tuple[str, Any]]:
                 .where(m.AuditEvent.conversation_id == conversation)
                 .order_by(m.AuditEvent.id))).all()
             return [(str(a), d) for a, d in rows]
-    return _db(server, read)
+    return with_server_store(server, read)
 
 
 def _input_count(server: ServerProcess, conversation: str) -> int:
-    return _db(server, lambda store: store.inputs.count(conversation))
+    return with_server_store(server, lambda store: store.inputs.count(conversation))
 
 
 def _report(client: httpx.Client, room: str, run_id: str) -> dict[str, Any]:
@@ -204,7 +184,7 @@ def test_a_version_made_after_admission_is_not_served(
             record = await ArtifactStore(store).update("alice", artifact, content=CSV_V2,
                                                        expected_version=1)
             return record.version
-        assert _db(server, revise) == 2  # the latest version changed after admission
+        assert with_server_store(server, revise) == 2  # the latest version changed after admission
         seen = _report(alice, room, accepted["run_id"])
         entry = seen["manifest"][0]
         assert entry["version"] == 1

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
 
-from kaizen_server_extension.store import Store, create_engine
 from kaizen_server_extension.store.artifact_content import (
     attest_trusted_result,
     validate_envelope,
 )
 from kaizen_server_extension.store.artifacts import ArtifactStore, WriteContext
+from tests.conftest import with_server_store
 from tests.support.server import ServerProcess, json_of
 
 T = TypeVar("T")
@@ -24,14 +23,7 @@ ENVELOPE = {"version": 2, "renderer": "table", "title": "Jobs", "text_fallback":
 
 
 def _with_store(server: ServerProcess, work: Callable[[ArtifactStore], Awaitable[T]]) -> T:
-    async def main() -> T:
-        engine = create_engine(server.env["KAIZEN_DATABASE_URL"],
-                               schema=server.env.get("KAIZEN_DATABASE_SCHEMA"))
-        try:
-            return await work(ArtifactStore(Store(engine)))
-        finally:
-            await engine.dispose()
-    return asyncio.run(main())
+    return with_server_store(server, lambda store: work(ArtifactStore(store)))
 
 
 def _error(response: Any, status: int, code: str | None = None) -> None:

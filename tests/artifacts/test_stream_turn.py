@@ -4,10 +4,9 @@ completed call freezes it into exactly one new version (R-245)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -15,12 +14,12 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from kaizen_server_extension.store import Store, create_engine
+from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.artifacts import ArtifactStore, WriteContext
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
-from tests.conftest import BACKENDS, _database_for, drop_schema
-from tests.support.server import ServerProcess, start_server
+from tests.conftest import BACKENDS, served_by, with_server_store
+from tests.support.server import ServerProcess
 
 T = TypeVar("T")
 TERMINAL = {"completed", "failed", "answer_unavailable", "cancelled"}
@@ -30,27 +29,8 @@ TERMINAL = {"completed", "failed", "answer_unavailable", "cancelled"}
 def served(request: pytest.FixtureRequest,
            tmp_path: Path) -> Iterator[tuple[ServerProcess, FakeOpenAI]]:
     fake = FakeOpenAI([{"responses": [{"text": "Nothing scripted yet."}]}])
-    url, schema = _database_for(str(request.param), tmp_path)
-    proc = start_server(tmp_path / "server", url, schema, extra_env={
-        "KAIZEN_MODEL_BASE_URL": fake.base_url, "KAIZEN_MODEL": "fake-model"})
-    try:
+    with fake, served_by(str(request.param), tmp_path, fake) as proc:
         yield proc, fake
-    finally:
-        proc.stop()
-        fake.close()
-        if schema:
-            asyncio.run(drop_schema(schema))
-
-
-def _with_store(server: ServerProcess, work: Callable[[Store], Awaitable[T]]) -> T:
-    async def main() -> T:
-        engine = create_engine(server.env["KAIZEN_DATABASE_URL"],
-                               schema=server.env.get("KAIZEN_DATABASE_SCHEMA"))
-        try:
-            return await work(Store(engine))
-        finally:
-            await engine.dispose()
-    return asyncio.run(main())
 
 
 def _settled(client: httpx.Client, run_id: str, timeout: float = 60) -> dict[str, Any]:
@@ -79,7 +59,7 @@ def test_a_cut_update_stream_is_resumed_by_the_retry_and_frozen_once(
                 "alice", title="Plan", kind="markdown", content="# Plan\n",
                 where=WriteContext(room))
             return made.artifact_id
-        artifact_id = _with_store(server, seed)
+        artifact_id = with_server_store(server, seed)
 
         content = "# Plan\n\n" + "".join(f"Step {i}: do the thing.\n" for i in range(40))
         call = {"id": "call_up", "name": "update_artifact", "fragments": 8,
@@ -102,7 +82,7 @@ def test_a_cut_update_stream_is_resumed_by_the_retry_and_frozen_once(
                 select(m.ArtifactUpdateCheckpoint))).scalars())
         return versions, rows
 
-    versions, rows = _with_store(server, inspect)
+    versions, rows = with_server_store(server, inspect)
     assert versions == [1, 2]  # exactly one new version
     (row,) = rows  # one building row carried through the cut, the retry and completion
     assert (row.status, row.frozen_version, row.owner) == ("frozen", 2, "alice")
