@@ -28,7 +28,11 @@ from kaizen_server_extension.runtime.port import (
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.artifact_checkpoints import CheckpointScope, UpdateCheckpoints
-from kaizen_server_extension.store.artifacts import ArtifactStore, WriteContext
+from kaizen_server_extension.store.artifacts import (
+    ArtifactStore,
+    ArtifactVersionRecord,
+    WriteContext,
+)
 from kaizen_server_extension.store.records import RunRecord
 from kaizen_server_extension.store.runs import RunLane
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
@@ -47,6 +51,16 @@ async def _checkpoint_rows(store: Store) -> list[m.ArtifactUpdateCheckpoint]:
         return list((await tx.session.execute(select(m.ArtifactUpdateCheckpoint))).scalars())
 
 
+async def _plan(store: Store) -> tuple[str, ArtifactStore, ArtifactVersionRecord,
+                                       UpdateCheckpoints]:
+    """A room with alice's "Plan" artifact (version 1) and the checkpoints over it."""
+    conversation = await room(store)
+    artifacts = ArtifactStore(store)
+    made = await artifacts.create("alice", title="Plan", kind="markdown", content="# Plan\n",
+                                  where=WriteContext(conversation))
+    return conversation, artifacts, made, UpdateCheckpoints(store, artifacts)
+
+
 async def _settle(store: Store, run: RunRecord, status: str = "failed") -> None:
     assert await RunLane(store).settle(run.id, status, "test", "system", fence=run.fence)
 
@@ -54,11 +68,7 @@ async def _settle(store: Store, run: RunRecord, status: str = "failed") -> None:
 @pytest.mark.rule("R-245", "R-444")
 async def test_an_interrupted_update_keeps_its_checkpoint_and_the_retry_freezes_it_once(
         store: Store) -> None:
-    conversation = await room(store)
-    artifacts = ArtifactStore(store)
-    made = await artifacts.create("alice", title="Plan", kind="markdown", content="# Plan\n",
-                                  where=WriteContext(conversation))
-    checkpoints = UpdateCheckpoints(store, artifacts)
+    conversation, artifacts, made, checkpoints = await _plan(store)
     first = await live_run(store, conversation)
     stream = ArtifactArgumentStream(checkpoints, owner="alice", conversation_id=conversation,
                                     run_id=first.id)
@@ -161,11 +171,7 @@ async def test_only_the_fenced_holder_advances_a_checkpoint(store: Store) -> Non
 
 @pytest.mark.rule("R-445")
 async def test_a_crashed_turns_building_row_is_resumed_by_the_next_turn(store: Store) -> None:
-    conversation = await room(store)
-    artifacts = ArtifactStore(store)
-    made = await artifacts.create("alice", title="Plan", kind="markdown", content="# Plan\n",
-                                  where=WriteContext(conversation))
-    checkpoints = UpdateCheckpoints(store, artifacts)
+    conversation, artifacts, made, checkpoints = await _plan(store)
     first = await live_run(store, conversation)
     opened = await checkpoints.open(CheckpointScope("alice", conversation, first.id, "c1"),
                                     made.artifact_id)
@@ -327,11 +333,7 @@ async def test_a_step_that_does_not_advertise_update_artifact_opens_nothing(
 
 async def test_a_settled_call_that_wrote_nothing_is_not_listed_as_unfinished(
         store: Store) -> None:
-    conversation = await room(store)
-    artifacts = ArtifactStore(store)
-    made = await artifacts.create("alice", title="Plan", kind="markdown", content="# Plan\n",
-                                  where=WriteContext(conversation))
-    checkpoints = UpdateCheckpoints(store, artifacts)
+    conversation, _artifacts, made, checkpoints = await _plan(store)
     run = await live_run(store, conversation)
     opened = await checkpoints.open(CheckpointScope("alice", conversation, run.id, "c1"),
                                     made.artifact_id)
