@@ -206,46 +206,6 @@ class RunLane:
             )).scalars().all()
             return [run_record(r) for r in rows]
 
-    async def recover(self, run: RunRecord, actor: str) -> bool:
-        """Settle a stale run once: bump the fence so its old holder's writes match nothing,
-        rebuild each dispatched-but-unfinished tool call as an error result (R-264), and
-        end the run ``failed`` as interrupted."""
-        async with self.store.transaction() as tx:
-            bumped = (await tx.session.execute(
-                update(m.Run)
-                .where(m.Run.id == run.id, m.Run.fence == run.fence,
-                       m.Run.status.in_(ACTIVE), m.Run.lease_expires_at < database_clock())
-                .values(fence=m.Run.fence + 1)
-                .returning(m.Run.fence)
-            )).scalar_one_or_none()
-            if bumped is None:
-                return False
-            events = (await tx.session.execute(
-                select(m.JournalEvent.type, m.JournalEvent.data)
-                .where(m.JournalEvent.conversation_id == run.conversation_id,
-                       m.JournalEvent.run_id == run.id,
-                       m.JournalEvent.type.in_(("tool.requested", "tool.settled")))
-                .order_by(m.JournalEvent.seq)
-            )).all()
-            open_calls: dict[str, str] = {}
-            for kind, data in events:
-                call_id = str(data.get("call_id", ""))
-                if kind == "tool.requested":
-                    open_calls[call_id] = str(data.get("name", ""))
-                else:
-                    open_calls.pop(call_id, None)
-            for call_id, name in open_calls.items():
-                await tx.append_event(
-                    run.conversation_id, "tool.settled", actor,
-                    {"call_id": call_id, "name": name, "outcome": "error",
-                     "reason": "interrupted", "rebuilt": True,
-                     "content": "The server stopped while this call was running; its "
-                                "outcome is unknown."},
-                    run_id=run.id,
-                )
-            return await self.settle(run.id, "failed", "interrupted", actor, fence=bumped,
-                                     data={"dangling_calls": len(open_calls)}, tx=tx)
-
     # --- crash recovery that resumes (R-054) ---------------------------------------------
 
     async def take_over(self, run: RunRecord, owner: str, lease: timedelta) -> RunRecord | None:

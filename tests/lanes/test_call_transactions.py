@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import select, update
 
 from kaizen_server_extension.lanes.host import RunHost
+from kaizen_server_extension.lanes.resume import RECOVERY_EVENTS, RunJournal
 from kaizen_server_extension.lanes.service import resource_digest
 from kaizen_server_extension.lanes.tooling import PipelineToolBackend
 from kaizen_server_extension.runtime.port import (
@@ -75,7 +76,16 @@ async def probe_read(ctx: ToolContext, key: str = "") -> dict[str, Any]:
                 update(m.Run).where(m.Run.id == bundle.run_id)
                 .values(lease_expires_at=datetime.now(UTC) - timedelta(seconds=1)))
         [stale] = await PROBE.lane.stale_runs()
-        assert await PROBE.lane.recover(stale, "kaizen")
+        # What the lane's recovery does for a stale run (lanes/service.py): take it over,
+        # rebuild its dangling call from the journal, settle it in one transaction.
+        taken = await PROBE.lane.take_over(stale, "kaizen", timedelta(seconds=30))
+        assert taken is not None
+        journal = RunJournal.read(await PROBE.lane.run_events(
+            taken.id, taken.conversation_id, RECOVERY_EVENTS))
+        rebuilt = [call.rebuilt(Capability.READ) for call in journal.dangling]
+        assert await PROBE.lane.close_dangling(
+            taken.id, taken.fence, rebuilt, "kaizen",
+            terminal=("failed", "interrupted", {"dangling_calls": len(rebuilt)}))
     return {"key": key, "seen": len(PROBE.journal_at_run)}
 
 

@@ -40,7 +40,7 @@ async def test_a_replica_whose_clock_is_behind_does_not_lose_its_live_run(
     monkeypatch.undo()
     # Another replica with a correct clock: the lease has 30 s left, nothing is stale.
     assert await lane.stale_runs() == []
-    assert not await lane.recover(run, "kaizen")
+    assert await lane.take_over(run, "kaizen", timedelta(seconds=30)) is None
 
 
 async def test_a_replica_whose_clock_is_ahead_does_not_keep_a_dead_run(
@@ -55,4 +55,4 @@ async def test_a_replica_whose_clock_is_ahead_does_not_keep_a_dead_run(
     await asyncio.sleep(0.05)
     stale: list[RunRecord] = await lane.stale_runs()
     assert [r.id for r in stale] == [run.id]
-    assert await lane.recover(stale[0], "kaizen")
+    assert await lane.take_over(stale[0], "kaizen", timedelta(seconds=30)) is not None
