@@ -104,6 +104,19 @@ def test_server_refuses_an_unknown_sandbox_jail_mode(tmp_path: Path) -> None:
     assert "Invalid setting KAIZEN_SANDBOX_JAIL" in server.log()
 
 
+def test_a_required_jail_without_bubblewrap_stops_start_up(tmp_path: Path) -> None:
+    # A PATH with only the interpreter's bin: bwrap cannot be found, whatever is installed.
+    server = start_server(tmp_path, sqlite_url_for(tmp_path / "k.db"), wait=False,
+                          extra_env={"KAIZEN_SANDBOX_JAIL": "required",
+                                     "PATH": str(Path(sys.executable).parent)})
+    try:
+        code = server.process.wait(60)
+    finally:
+        server.stop()
+    assert code != 0
+    assert "'required' but bubblewrap (bwrap) is not installed" in server.log()
+
+
 def test_extension_is_listed_by_jupyter() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "jupyter_server.extension.serverextension", "list"],
