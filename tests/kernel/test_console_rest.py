@@ -84,6 +84,9 @@ def _evaluate(server: ServerProcess, member: str, kernel_id: str, code: str) -> 
                         "user_expressions": {}, "allow_stdin": False, "stop_on_error": True},
         }))
         seen: dict[str, Any] = {}
+        # Shell and iopub are separate channels: the reply may overtake the result, so wait
+        # for both the reply and iopub's idle (which follows every output of the request).
+        replied = idle = False
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             msg = json.loads(ws.recv())
@@ -94,8 +97,13 @@ def _evaluate(server: ServerProcess, member: str, kernel_id: str, code: str) -> 
             elif msg["msg_type"] == "error":
                 seen["error"] = msg["content"]["ename"]
             elif msg["msg_type"] == "execute_reply":
+                replied = True
+            elif msg["msg_type"] == "status" and \
+                    msg["content"].get("execution_state") == "idle":
+                idle = True
+            if replied and idle:
                 return seen
-        raise AssertionError("no execute_reply over the kernel websocket")
+        raise AssertionError("no execute_reply and idle over the kernel websocket")
     finally:
         ws.close()
 
