@@ -224,20 +224,46 @@ class StatementCounter:
     def __init__(self, store: Store) -> None:
         from sqlalchemy import event
 
-        self.active = False
-        self.transactions = 0
-        self.statements = 0
+        self._active = False
+        self._session_transactions = 0
+        self._session_statements = 0
+        # Transactions run as units straight on the driver (store/units.py) are counted there.
+        self._units = store.unit_counts
+        self._unit_counted = (0, 0)
+        self._unit_start = (0, 0)
         engine = store.engine.sync_engine
         event.listen(engine, "begin", self._on_begin)
         event.listen(engine, "before_cursor_execute", self._on_statement)
 
+    @property
+    def active(self) -> bool:
+        return self._active
+
+    @active.setter
+    def active(self, value: bool) -> None:
+        now = (self._units.transactions, self._units.statements)
+        if value and not self._active:
+            self._unit_start = now
+        elif self._active and not value:
+            self._unit_counted = (self._unit_counted[0] + now[0] - self._unit_start[0],
+                                  self._unit_counted[1] + now[1] - self._unit_start[1])
+        self._active = value
+
+    @property
+    def transactions(self) -> int:
+        return self._session_transactions + self._unit_counted[0]
+
+    @property
+    def statements(self) -> int:
+        return self._session_statements + self._unit_counted[1]
+
     def _on_begin(self, conn: Any) -> None:
-        if self.active:
-            self.transactions += 1
+        if self._active:
+            self._session_transactions += 1
 
     def _on_statement(self, conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
-        if self.active and not statement.lstrip().upper().startswith("BEGIN"):
-            self.statements += 1
+        if self._active and not statement.lstrip().upper().startswith("BEGIN"):
+            self._session_statements += 1
 
 
 # --- the bench tools ----------------------------------------------------------------------

@@ -3,7 +3,15 @@
 Every call first compares the presented bundle with the admitted one, field by field; any
 difference is rejected, not reconciled (R-007). Durable trace events are journaled only
 while the run is still ours (status active, fence unchanged), in the same transaction as
-that check.
+that check. Each of those transactions is one unit run straight on the driver
+(store/units.py): they are the store's hot path, two per tool call.
+
+Durability: the records of a call to a tool that may have effects (anything but a read) are
+committed durably before the call runs and after it settles: crash recovery needs to know
+that a write was dispatched (R-264). The records of a read, and of model steps, may commit
+without waiting for PostgreSQL's log flush; the next durable commit flushes them, and only a
+crash of the database server in between loses them (SQLite's WAL mode gives the same
+guarantee for every commit: see store/engine.py).
 """
 
 from __future__ import annotations
@@ -27,15 +35,18 @@ from kaizen_server_extension.runtime.port import (
     TraceEvent,
 )
 from kaizen_server_extension.store.policy import (
+    CallFacts,
     HeldAudit,
+    audit_rows,
     begin_call,
     current_call,
     end_call,
     open_call,
     write_audit_rows,
 )
-from kaizen_server_extension.store.runs import RunLane
-from kaizen_server_extension.store.store import Store
+from kaizen_server_extension.store.runs import RunLane, live_conversation
+from kaizen_server_extension.store.store import Store, journal_append
+from kaizen_server_extension.store.units import Unit
 
 log = logging.getLogger("kaizen.lanes")
 
@@ -77,6 +88,7 @@ class RunHost:
         call_tool: ToolCaller,
         publish_live: LivePublisher,
         lease: timedelta,
+        read_tools: frozenset[str] = frozenset(),
     ) -> None:
         self._store = store
         self._lane = lane
@@ -85,6 +97,8 @@ class RunHost:
         self._call_tool = call_tool
         self._publish_live = publish_live
         self._lease = lease
+        # Tools of the frozen catalog that only read: their records need not be flushed.
+        self._read_tools = read_tools
 
     def _verify(self, bundle: AuthorityBundle) -> None:
         differing = self._admitted.differing_fields(bundle)
@@ -121,7 +135,7 @@ class RunHost:
             "outcome": result.outcome.value, "capability": result.capability.value,
             "failure_domain": result.failure_domain.value, "content": result.content,
             "closes_turn": result.closes_turn,
-        }, audit=scope.release())
+        }, audit=scope.release(), durable=request.name not in self._read_tools)
         return result
 
     async def publish(self, bundle: AuthorityBundle, event: TraceEvent) -> None:
@@ -136,7 +150,8 @@ class RunHost:
             await self._open_call(bundle, data)
             return
         await self._journal(bundle, event.kind, data,
-                            steps=1 if event.kind == "model.step.started" else 0)
+                            steps=1 if event.kind == "model.step.started" else 0,
+                            durable=False)
 
     async def publish_terminal(self, bundle: AuthorityBundle,
                                outcome: TerminalOutcome) -> bool:
@@ -155,19 +170,24 @@ class RunHost:
     # --- helpers ----------------------------------------------------------------------
 
     async def _journal(self, bundle: AuthorityBundle, kind: str, data: dict[str, Any], *,
-                       steps: int = 0, audit: list[HeldAudit] | None = None) -> None:
+                       steps: int = 0, audit: list[HeldAudit] | None = None,
+                       durable: bool) -> None:
         """Journal one event while the run is ours; ``audit`` rows go in the same
         transaction, and are written even when the run is no longer ours (the call they
         record happened all the same)."""
+        notify = self._store.notifies
+
+        def unit() -> Unit[str | None]:
+            conversation = yield from live_conversation(bundle.run_id, bundle.fence,
+                                                        steps=steps)
+            if conversation is not None:
+                yield from journal_append(conversation, kind, bundle.member, data,
+                                          run_id=bundle.run_id, notify=notify)
+            yield from audit_rows(audit or [])
+            return conversation
+
         try:
-            async with self._store.transaction() as tx:
-                conversation = await self._lane.check_live(tx, bundle.run_id, bundle.fence,
-                                                           steps=steps)
-                if conversation is not None:
-                    await tx.append_event(conversation, kind, bundle.member, data,
-                                          run_id=bundle.run_id)
-                for row in audit or ():
-                    await row.write(tx)
+            conversation = await self._store.run(unit(), durable=durable)
         except Exception:
             await write_audit_rows(self._store, audit or [])
             raise
@@ -180,11 +200,19 @@ class RunHost:
         the run's claim and fence, the room's audience and roster, the member's approval mode
         and the tool's admin policy (R-005, R-204, R-222). The call that follows in this task
         uses them once, so a revocation still holds from the next call on."""
-        async with self._store.transaction() as tx:
-            opened = await open_call(tx, bundle.run_id, bundle.fence, str(data.get("name")))
+        name = str(data.get("name"))
+        notify = self._store.notifies
+
+        def unit() -> Unit[CallFacts | None]:
+            opened = yield from open_call(bundle.run_id, bundle.fence, name)
             if opened is None:
-                raise RunCancelled()
+                return None
             conversation, facts = opened
-            await tx.append_event(conversation, "tool.requested", bundle.member, data,
-                                  run_id=bundle.run_id)
+            yield from journal_append(conversation, "tool.requested", bundle.member, data,
+                                      run_id=bundle.run_id, notify=notify)
+            return facts
+
+        facts = await self._store.run(unit(), durable=name not in self._read_tools)
+        if facts is None:
+            raise RunCancelled()
         begin_call(bundle.run_id, str(data.get("call_id")), facts)

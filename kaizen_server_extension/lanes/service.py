@@ -95,6 +95,12 @@ class FrozenTools:
     # digest at admission; run_code projects exactly these (R-454, R-455).
     resources: AdmittedResources = NO_RESOURCES
 
+    @property
+    def read_tools(self) -> frozenset[str]:
+        """The frozen tools that only read (advertised or deferred)."""
+        return frozenset(tool.name for tool in (*self.advertised, *self.deferred)
+                         if tool.capability is Capability.READ)
+
 
 class ToolBackend(Protocol):
     """The tool side of admission and execution, as the lane sees it."""
@@ -347,6 +353,7 @@ class LaneService:
             store=self.store, lane=self.lane, bundle=bundle, model_stream=model_stream,
             call_tool=self._tools.caller(bundle=bundle, tools=tools, cancelled=cancelled),
             publish_live=self._publish_live, lease=self.lease,
+            read_tools=tools.read_tools,
         )
         controller = controller_for(controller_name, host, manifest, resume=resume)
         if controller is None:  # only a recovery can name one; it checked already

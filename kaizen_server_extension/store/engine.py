@@ -35,8 +35,13 @@ def create_engine(url: str, *, schema: str | None = None, echo: bool = False) ->
         # Every SQLite transaction takes the write lock (BEGIN IMMEDIATE below), so extra
         # connections would only wait in SQLite's sleeping busy handler; one connection makes
         # them queue fairly in the pool instead.
+        # No rollback when a connection goes back to the pool: SQLAlchemy closes every
+        # transaction it began (commit, rollback, or rollback on close) and store units close
+        # theirs (store/units.py), so the pool's own ROLLBACK only repeated that, at the cost
+        # of a hop to aiosqlite's thread on every transaction.
         engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30},
-                                     pool_size=1, max_overflow=0, pool_timeout=60)
+                                     pool_size=1, max_overflow=0, pool_timeout=60,
+                                     pool_reset_on_return=None)
         _configure_sqlite(engine)
         return engine
     connect_args: dict[str, Any] = {}

@@ -36,7 +36,8 @@ from kaizen_server_extension.runtime.port import (
     ToolOutcome,
 )
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.store import Store, Tx, new_id, utcnow
+from kaizen_server_extension.store.store import Store, Tx, audit_insert, new_id, utcnow
+from kaizen_server_extension.store.units import Unit, fetch
 from kaizen_server_extension.tools.types import RegisteredTool, ResourceVerdict
 
 log = logging.getLogger("kaizen.tools.audit")
@@ -143,9 +144,9 @@ _OPEN_CALL = (
 )
 
 
-async def read_call_facts(store: Store, run_id: str) -> CallFacts | None:
-    async with store.transaction() as tx:
-        rows = (await tx.session.execute(_READ_FACTS, {"b_run_id": run_id})).all()
+def call_facts(run_id: str) -> Unit[CallFacts | None]:
+    """The run's facts and every admin policy row of its member (or everyone)."""
+    rows = yield from fetch(_READ_FACTS, {"b_run_id": run_id})
     if not rows:
         return None
     status, fence, member, audience, mode, participants, own = rows[0][:7]
@@ -155,16 +156,19 @@ async def read_call_facts(store: Store, run_id: str) -> CallFacts | None:
                      only_initiator=participants == 1 and own == 1)
 
 
-async def open_call(tx: Tx, run_id: str, fence: int,
-                    tool: str) -> tuple[str, CallFacts] | None:
-    """Inside ``tx``: (conversation id, the call's facts) while the run is still ours at
-    ``fence``, counting the call; None when it is not (nothing is changed)."""
-    row = (await tx.session.execute(_OPEN_CALL, {
-        "b_run_id": run_id, "b_fence": fence, "b_tool": tool})).first()
-    if row is None:
+async def read_call_facts(store: Store, run_id: str) -> CallFacts | None:
+    return await store.run(call_facts(run_id), write=False)
+
+
+def open_call(run_id: str, fence: int, tool: str) -> Unit[tuple[str, CallFacts] | None]:
+    """(conversation id, the call's facts) while the run is still ours at ``fence``,
+    counting the call; None when it is not (nothing is changed)."""
+    rows = yield from fetch(_OPEN_CALL, {"b_run_id": run_id, "b_fence": fence,
+                                         "b_tool": tool})
+    if not rows:
         return None
     (conversation, status, run_fence, member, audience, mode, participants, own,
-     own_policy, everyone_policy) = row
+     own_policy, everyone_policy) = rows[0]
     policies: dict[tuple[str, str], bool] = {}
     if own_policy is not None:
         policies[(tool, member)] = bool(own_policy)
@@ -184,9 +188,9 @@ class HeldAudit:
     conversation_id: str
     run_id: str
 
-    async def write(self, tx: Tx) -> None:
-        await tx.audit(self.actor, "tool.call", self.data,
-                       conversation_id=self.conversation_id, run_id=self.run_id)
+    def unit(self) -> Unit[None]:
+        return audit_insert(self.actor, "tool.call", self.data,
+                            conversation_id=self.conversation_id, run_id=self.run_id)
 
 
 @dataclass
@@ -239,15 +243,18 @@ def end_call() -> None:
     _CALL_SCOPE.set(None)
 
 
+def audit_rows(rows: list[HeldAudit]) -> Unit[None]:
+    for row in rows:
+        yield from row.unit()
+
+
 async def write_audit_rows(store: Store, rows: list[HeldAudit]) -> None:
     """Held audit rows in their own transaction, when no settlement carries them. Never
     raises: the call already happened, so a failing audit is reported, not propagated."""
     if not rows:
         return
     try:
-        async with store.transaction() as tx:
-            for row in rows:
-                await row.write(tx)
+        await store.run(audit_rows(rows))
     except Exception:
         log.exception("could not write the audit rows of tool call(s) in run %s",
                       rows[0].run_id)
@@ -459,8 +466,7 @@ class StoreAudit:
         if scope is not None and scope.holding:
             scope.held.append(row)
             return
-        async with self._store.transaction() as tx:
-            await row.write(tx)
+        await self._store.run(row.unit())
 
 
 def _bounded_raw(raw: object, limit: int = 64 * 1024) -> object:

@@ -18,7 +18,8 @@ from sqlalchemy.sql.functions import FunctionElement
 from kaizen_server_extension.errors import Conflict
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.records import EventRecord, RunRecord
-from kaizen_server_extension.store.store import Store, Tx, run_record, utcnow
+from kaizen_server_extension.store.store import Store, Tx, journal_append, run_record, utcnow
+from kaizen_server_extension.store.units import Unit, fetch
 
 ACTIVE = m.ACTIVE_RUN_STATUSES
 OPEN = ("queued", *m.ACTIVE_RUN_STATUSES)
@@ -67,6 +68,48 @@ _CHECK_LIVE = (
             tool_calls=_RUNS.c.tool_calls + bindparam("b_tool_calls"))
     .returning(_RUNS.c.conversation_id)
 )
+
+
+def live_conversation(run_id: str, fence: int, *, steps: int = 0,
+                      tool_calls: int = 0) -> Unit[str | None]:
+    """The run's conversation id while it is still ours (active, at ``fence``), counting
+    ``steps`` and ``tool_calls``; else None, changing nothing.
+
+    The UPDATE also locks the row on PostgreSQL, so a cancel cannot slip in between this
+    check and the journal write that follows it in the same transaction.
+    """
+    rows = yield from fetch(_CHECK_LIVE, {"b_run_id": run_id, "b_fence": fence,
+                                          "b_steps": steps, "b_tool_calls": tool_calls})
+    return rows[0][0] if rows else None
+
+
+_SETTLE_VALUES: dict[str, Any] = {"status": bindparam("b_status"), "reason": bindparam("b_reason"),
+                  "settled_at": bindparam("b_now"), "lease_owner": None,
+                  "lease_expires_at": None}
+_OPEN_STATUS = or_(*(_RUNS.c.status == status for status in OPEN))
+_SETTLE = (update(_RUNS).where(_RUNS.c.id == bindparam("b_run_id"), _OPEN_STATUS)
+           .values(**_SETTLE_VALUES).returning(_RUNS.c.conversation_id))
+_SETTLE_AT_FENCE = (update(_RUNS).where(_RUNS.c.id == bindparam("b_run_id"), _OPEN_STATUS,
+                                        _RUNS.c.fence == bindparam("b_fence"))
+                    .values(**_SETTLE_VALUES).returning(_RUNS.c.conversation_id))
+
+
+def settled(run_id: str, status: str, reason: str, actor: str, *, fence: int | None,
+            data: dict[str, Any] | None, notify: bool) -> Unit[bool]:
+    """Compare-and-set the run's one terminal status (while it is still open, and at
+    ``fence`` when given) and journal ``run.terminal`` with it; False when another outcome
+    won, changing nothing."""
+    if status not in m.TERMINAL_RUN_STATUSES:
+        raise ValueError(f"not a terminal status: {status}")
+    params = {"b_run_id": run_id, "b_status": status, "b_reason": reason, "b_now": utcnow(),
+              "b_fence": fence}
+    rows = yield from fetch(_SETTLE if fence is None else _SETTLE_AT_FENCE, params)
+    if not rows:
+        return False
+    yield from journal_append(rows[0][0], "run.terminal", actor,
+                              {"status": status, "reason": reason, **(data or {})},
+                              run_id=run_id, notify=notify)
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,14 +185,9 @@ class RunLane:
 
     async def check_live(self, tx: Tx, run_id: str, fence: int, *, steps: int = 0,
                          tool_calls: int = 0) -> str | None:
-        """Inside ``tx``: the run's conversation id while it is still ours, else None.
-
-        The UPDATE also locks the row on PostgreSQL, so a cancel cannot slip in between
-        this check and the journal write that follows it in the same transaction.
-        """
-        return (await tx.session.execute(_CHECK_LIVE, {
-            "b_run_id": run_id, "b_fence": fence, "b_steps": steps,
-            "b_tool_calls": tool_calls})).scalar_one_or_none()
+        """Inside ``tx``: the run's conversation id while it is still ours, else None."""
+        return await tx.run(live_conversation(run_id, fence, steps=steps,
+                                              tool_calls=tool_calls))
 
     async def extend_lease(self, run_id: str, fence: int, lease: timedelta) -> bool:
         async with self.store.transaction() as tx:
@@ -165,27 +203,11 @@ class RunLane:
                      fence: int | None = None, data: dict[str, Any] | None = None,
                      tx: Tx | None = None) -> bool:
         """Compare-and-set the one terminal status and journal ``run.terminal`` with it."""
-        if status not in m.TERMINAL_RUN_STATUSES:
-            raise ValueError(f"not a terminal status: {status}")
+        unit = settled(run_id, status, reason, actor, fence=fence, data=data,
+                       notify=self.store.notifies)
         if tx is None:
-            async with self.store.transaction() as own:
-                return await self.settle(run_id, status, reason, actor, fence=fence,
-                                         data=data, tx=own)
-        condition = [m.Run.id == run_id, m.Run.status.in_(OPEN)]
-        if fence is not None:
-            condition.append(m.Run.fence == fence)
-        row = (await tx.session.execute(
-            update(m.Run).where(*condition)
-            .values(status=status, reason=reason, settled_at=utcnow(), lease_owner=None,
-                    lease_expires_at=None)
-            .returning(m.Run.conversation_id)
-        )).scalar_one_or_none()
-        if row is None:
-            return False
-        await tx.append_event(row, "run.terminal", actor,
-                              {"status": status, "reason": reason, **(data or {})},
-                              run_id=run_id)
-        return True
+            return await self.store.run(unit)
+        return await tx.run(unit)
 
     async def cancel(self, run_id: str, member: str) -> RunRecord:
         """Cancel a run of a room the member participates in; 409 when already settled."""

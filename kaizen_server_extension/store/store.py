@@ -8,13 +8,14 @@ event the database does not have.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import and_, bindparam, func, insert, literal_column, select, update
 from sqlalchemy.exc import IntegrityError
@@ -30,7 +31,16 @@ from kaizen_server_extension.store.records import (
     MemberRecord,
     RunRecord,
 )
+from kaizen_server_extension.store.units import (
+    Appended,
+    DirectRunner,
+    Unit,
+    UnitCounts,
+    fetch,
+    run_in_session,
+)
 
+T = TypeVar("T")
 EventListener = Callable[[Sequence[EventRecord]], None]
 
 # Other server processes on the same PostgreSQL database learn of appends on this channel
@@ -49,9 +59,10 @@ _BUMP_SEQ = (
     .values(last_seq=_CONVERSATIONS.c.last_seq + 1, updated_at=bindparam("b_now"))
     .returning(_CONVERSATIONS.c.last_seq)
 )
-_INSERT_EVENT = insert(_JOURNAL)
-# On PostgreSQL one statement does all three: bump the counter (a data-modifying CTE), insert
-# the event numbered by it, and send the notification with the inserted row.
+_INSERT_EVENT = insert(_JOURNAL).values(
+    conversation_id=bindparam("b_conversation_id"), seq=bindparam("b_seq"),
+    run_id=bindparam("b_run_id"), type=bindparam("b_type"), actor=bindparam("b_actor"),
+    at=bindparam("b_at"), data=bindparam("b_data"))
 _BUMPED = _BUMP_SEQ.cte("bumped")
 _APPEND_NOTIFYING = (
     insert(_JOURNAL)
@@ -70,7 +81,41 @@ _APPEND_NOTIFYING = (
         f"pg_notify('{JOURNAL_CHANNEL}', json_build_object("
         "'n', current_schema(), 'c', conversation_id, 's', seq)::text)"))
 )
-_INSERT_AUDIT = insert(m.Base.metadata.tables[m.AuditEvent.__tablename__])
+_AUDIT = m.Base.metadata.tables[m.AuditEvent.__tablename__]
+_INSERT_AUDIT = insert(_AUDIT).values(
+    at=bindparam("b_at"), actor=bindparam("b_actor"), action=bindparam("b_action"),
+    data=bindparam("b_data"), conversation_id=bindparam("b_conversation_id"),
+    run_id=bindparam("b_run_id"))
+
+
+def journal_append(conversation_id: str, type: str, actor: str, data: dict[str, Any], *,
+                   run_id: str | None, notify: bool) -> Unit[EventRecord]:
+    """Append one journal event with the conversation's next ``seq``.
+
+    The counter bump and the insert share the unit's transaction; the database's UNIQUE
+    (conversation_id, seq) is the second line should two writers ever race. ``notify``
+    (PostgreSQL) makes it one statement that also tells other processes (JOURNAL_CHANNEL).
+    """
+    now = utcnow()
+    params = {"b_conversation_id": conversation_id, "b_now": now, "b_run_id": run_id,
+              "b_type": type, "b_actor": actor, "b_at": now, "b_data": data}
+    if notify:
+        seq = (yield from fetch(_APPEND_NOTIFYING, params))[0][0]
+    else:
+        seq = (yield from fetch(_BUMP_SEQ, params))[0][0]
+        yield from fetch(_INSERT_EVENT, {**params, "b_seq": seq})
+    record = EventRecord(conversation_id, seq, run_id, type, actor, now, data)
+    yield Appended(record)
+    return record
+
+
+def audit_insert(actor: str, action: str, data: dict[str, Any], *,
+                 conversation_id: str | None = None,
+                 run_id: str | None = None) -> Unit[None]:
+    """One append-only audit row."""
+    yield from fetch(_INSERT_AUDIT, {
+        "b_at": utcnow(), "b_actor": actor, "b_action": action, "b_data": data,
+        "b_conversation_id": conversation_id, "b_run_id": run_id})
 
 
 def utcnow() -> datetime:
@@ -92,6 +137,17 @@ class Tx:
     session: AsyncSession
     appended: list[EventRecord] = field(default_factory=list)
 
+    @property
+    def notifies(self) -> bool:
+        """Whether journal appends notify other processes (PostgreSQL)."""
+        return self.session.get_bind().dialect.name == "postgresql"
+
+    async def run(self, unit: Unit[T]) -> T:
+        """Run ``unit`` as part of this transaction."""
+        result, appended = await run_in_session(self.session, unit)
+        self.appended.extend(appended)
+        return result
+
     async def append_event(
         self,
         conversation_id: str,
@@ -101,26 +157,8 @@ class Tx:
         *,
         run_id: str | None = None,
     ) -> EventRecord:
-        """Append one journal event with the conversation's next ``seq``.
-
-        The counter bump and the insert share this transaction; the database's UNIQUE
-        (conversation_id, seq) is the second line should two writers ever race.
-        """
-        now = utcnow()
-        if self.session.get_bind().dialect.name == "postgresql":
-            seq = (await self.session.execute(_APPEND_NOTIFYING, {
-                "b_conversation_id": conversation_id, "b_now": now, "b_run_id": run_id,
-                "b_type": type, "b_actor": actor, "b_at": now, "b_data": data,
-            })).one()[0]
-        else:
-            seq = (await self.session.execute(
-                _BUMP_SEQ, {"b_conversation_id": conversation_id, "b_now": now})).scalar_one()
-            await self.session.execute(_INSERT_EVENT, {
-                "conversation_id": conversation_id, "seq": seq, "run_id": run_id, "type": type,
-                "actor": actor, "at": now, "data": data})
-        record = EventRecord(conversation_id, seq, run_id, type, actor, now, data)
-        self.appended.append(record)
-        return record
+        return await self.run(journal_append(conversation_id, type, actor, data,
+                                             run_id=run_id, notify=self.notifies))
 
     async def audit(
         self,
@@ -131,10 +169,8 @@ class Tx:
         conversation_id: str | None = None,
         run_id: str | None = None,
     ) -> None:
-        # A Core INSERT of an append-only row, like the journal's.
-        await self.session.execute(_INSERT_AUDIT, {
-            "at": utcnow(), "actor": actor, "action": action, "data": data,
-            "conversation_id": conversation_id, "run_id": run_id})
+        await self.run(audit_insert(actor, action, data, conversation_id=conversation_id,
+                                    run_id=run_id))
 
 
 class Store:
@@ -142,6 +178,7 @@ class Store:
         self.engine = engine
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
         self._listeners: list[EventListener] = []
+        self._units = DirectRunner.for_engine(engine)
         self.members = MemberRepository(self)
         self.agents = AgentRepository(self)
         self.conversations = ConversationRepository(self)
@@ -152,17 +189,50 @@ class Store:
     def add_listener(self, listener: EventListener) -> None:
         self._listeners.append(listener)
 
+    @property
+    def notifies(self) -> bool:
+        """Whether journal appends notify other processes (PostgreSQL)."""
+        return self.engine.dialect.name == "postgresql"
+
+    @property
+    def unit_counts(self) -> UnitCounts:
+        """What ``run`` ran so far (session transactions are not included)."""
+        return self._units.counts
+
+    async def run(self, unit: Unit[T], *, write: bool = True, durable: bool = True) -> T:
+        """Run ``unit`` as one transaction of its own, straight on the driver
+        (store/units.py); observers see its appends once it commits.
+
+        A unit that started runs to its end even when the caller is cancelled meanwhile, so a
+        committed append is always published and the caller never guesses whether it
+        committed. ``durable=False`` lets it commit without waiting for the log flush
+        (PostgreSQL; see units.py); ``write=False`` runs it read-only.
+        """
+        done = asyncio.ensure_future(self._units.run(unit, write=write, durable=durable))
+        done.add_done_callback(self._publish_unit)
+        result, _appended = await asyncio.shield(done)
+        return result
+
+    def _publish_unit(self, done: asyncio.Future[tuple[Any, list[EventRecord]]]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return  # the exception reaches the caller, unless it was cancelled meanwhile
+        self._publish(done.result()[1])
+
+    def _publish(self, appended: Sequence[EventRecord]) -> None:
+        if appended:
+            for listener in self._listeners:
+                listener(tuple(appended))
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Tx]:
         async with self._sessions() as session, session.begin():
             tx = Tx(session)
             yield tx
         # Committed: now observers may see what was appended.
-        if tx.appended:
-            for listener in self._listeners:
-                listener(tuple(tx.appended))
+        self._publish(tx.appended)
 
     async def dispose(self) -> None:
+        await self._units.dispose()
         await self.engine.dispose()
 
 

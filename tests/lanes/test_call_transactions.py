@@ -174,7 +174,7 @@ async def _turn(store: Store, *, shared: bool = False) -> Turn:
                    call_tool=backend.caller(bundle=bundle, tools=tools,
                                             cancelled=asyncio.Event()),
                    publish_live=lambda conversation, kind, data: None,
-                   lease=timedelta(seconds=30))
+                   lease=timedelta(seconds=30), read_tools=tools.read_tools)
     PROBE.store, PROBE.lane, PROBE.journal_at_run = store, lane, None
     PROBE.recover_mid_call = False
     return Turn(store, lane, backend, host, bundle)
@@ -264,16 +264,14 @@ async def test_the_call_facts_see_a_shared_roster_and_a_lost_claim(store: Store)
         # A second participant without an audience bump, to reach the roster check itself.
         tx.session.add(m.Participant(conversation_id=turn.bundle.conversation_id,
                                      member_id="bob", added_at=datetime.now(UTC)))
-    async with store.transaction() as tx:
-        opened = await open_call(tx, turn.bundle.run_id, turn.bundle.fence, "private_read")
+    opened = await store.run(open_call(turn.bundle.run_id, turn.bundle.fence, "private_read"))
     assert opened is not None
     conversation, facts = opened
     assert conversation == turn.bundle.conversation_id and not facts.only_initiator
     refused = await turn.call("c1", "private_read")
     assert refused.close_reason == "room_admission"
 
-    async with store.transaction() as tx:
-        assert await open_call(tx, turn.bundle.run_id, turn.bundle.fence + 1, "x") is None
+    assert await store.run(open_call(turn.bundle.run_id, turn.bundle.fence + 1, "x")) is None
     run = await store.runs.get_for(turn.bundle.run_id, "alice")
     assert run.tool_calls == 2  # the stale fence counted nothing
 
@@ -320,10 +318,16 @@ async def test_a_tool_call_costs_two_transactions(store: Store) -> None:
     def on_begin(connection: object) -> None:
         begun.append(connection)
 
+    # A first call starts the direct runner's own pool (on PostgreSQL that reads the
+    # search_path once through the store's engine).
+    assert (await turn.call("c0", "probe_read")).outcome is ToolOutcome.OK
+    units_before = store.unit_counts.transactions
     event.listen(store.engine.sync_engine, "begin", on_begin)
     try:
         assert (await turn.call("c1", "probe_read")).outcome is ToolOutcome.OK
     finally:
         event.remove(store.engine.sync_engine, "begin", on_begin)
-    # The probe tool itself reads the journal once, in a transaction of its own.
-    assert len(begun) == 3
+    # The call's two run as units straight on the driver; the probe tool itself reads the
+    # journal once, in a session transaction of its own.
+    assert store.unit_counts.transactions - units_before == 2
+    assert len(begun) == 1

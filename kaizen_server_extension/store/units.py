@@ -1,0 +1,311 @@
+"""Transactions written once as *units*, run through a session or straight on the driver.
+
+A running turn writes two small transactions per tool call and one per model step. Through
+the asyncio session every statement costs several round trips to aiosqlite's worker thread
+(cursor, execute, fetch, close) plus SQLAlchemy's per-statement work, and every transaction
+adds BEGIN, COMMIT and the pool's reset; on PostgreSQL the pool's pre-ping adds three network
+round trips of its own. Those hops, not the databases, were most of a tool call's cost
+(bench/README.md).
+
+A unit is a generator: it yields the statements of one transaction (:class:`Query`) and the
+journal events it appended (:class:`Appended`), receives each statement's rows, and returns
+its result. The statements are the store's SQLAlchemy Core statements. A unit runs:
+
+* inside an open :class:`~kaizen_server_extension.store.store.Tx`, statement by statement
+  through the session (``Tx.run``), where it is one part of a larger transaction;
+* on its own (``Store.run``): on SQLite the whole transaction, BEGIN IMMEDIATE to COMMIT, is
+  one call on the connection's own thread; on PostgreSQL it runs on asyncpg from a pool of its
+  own without the pre-ping, as one BEGIN … COMMIT.
+
+Either way the same rows are written: the driver path compiles each statement once per
+dialect and converts parameters with the column types' own bind processors, as SQLAlchemy
+does. Rows come back as the driver returns them (units read only numbers and text).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import asyncpg
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
+
+from kaizen_server_extension.store.records import EventRecord
+
+T = TypeVar("T")
+Rows = list[tuple[Any, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """One statement of a unit. ``clause`` is a statement built once (module level): the
+    driver path compiles it once per dialect and keys its cache on it."""
+
+    clause: ClauseElement
+    params: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """A journal event the unit appended, published to observers once the unit commits."""
+
+    record: EventRecord
+
+
+Step = Query | Appended
+Unit = Generator[Step, Rows | None, T]
+
+
+def fetch(clause: ClauseElement, params: Mapping[str, Any]) -> Generator[Step, Rows | None, Rows]:
+    """``rows = yield from fetch(...)``: run one statement, get its rows ([] when none)."""
+    rows = yield Query(clause, params)
+    return rows or []
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledStatement:
+    """A Core statement compiled for one dialect: SQL text, argument order, converters."""
+
+    sql: str
+    names: tuple[str, ...]
+    converters: tuple[Callable[[Any], Any] | None, ...]
+    defaults: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, clause: ClauseElement, dialect: Dialect) -> CompiledStatement:
+        compiled = clause.compile(dialect=dialect)
+        assert isinstance(compiled, SQLCompiler)
+        if compiled.positiontup is None or "POSTCOMPILE" in compiled.string:
+            raise ValueError("a unit statement needs plain positional parameters")
+        names = tuple(compiled.positiontup)
+        converters = []
+        defaults: dict[str, Any] = {}
+        for name in names:
+            bind = compiled.binds[name]
+            converters.append(bind.type.dialect_impl(dialect).bind_processor(dialect))
+            if not bind.required:
+                defaults[name] = bind.effective_value
+        return cls(compiled.string, names, tuple(converters), defaults)
+
+    def arguments(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        values = []
+        for name, convert in zip(self.names, self.converters, strict=True):
+            value = params[name] if name in params else self.defaults[name]
+            # Like SQLAlchemy, every value goes through the type's processor, None included.
+            values.append(convert(value) if convert is not None else value)
+        return tuple(values)
+
+
+@dataclass(slots=True)
+class UnitCounts:
+    """Transactions and statements (BEGIN, COMMIT not counted) the direct runner ran: the
+    part of the store's cost that does not move with machine load (bench/)."""
+
+    transactions: int = 0
+    statements: int = 0
+
+
+class DirectRunner(ABC):
+    """Runs a unit as one transaction on the driver, returning its result and the journal
+    events it appended."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._main = engine
+        self._dialect = engine.dialect
+        self._compiled: dict[ClauseElement, CompiledStatement] = {}
+        self.counts = UnitCounts()
+
+    def compiled(self, clause: ClauseElement) -> CompiledStatement:
+        self.counts.statements += 1
+        statement = self._compiled.get(clause)
+        if statement is None:
+            statement = self._compiled[clause] = CompiledStatement.of(clause, self._dialect)
+        return statement
+
+    @abstractmethod
+    async def run(self, unit: Unit[T], *, write: bool,
+                  durable: bool) -> tuple[T, list[EventRecord]]: ...
+
+    async def dispose(self) -> None:
+        return None
+
+    @staticmethod
+    def for_engine(engine: AsyncEngine) -> DirectRunner:
+        if engine.dialect.name == "sqlite":
+            return SQLiteRunner(engine)
+        if engine.dialect.name == "postgresql" and engine.dialect.driver == "asyncpg":
+            return PostgresRunner(engine)
+        raise ValueError(f"no unit runner for {engine.dialect.name}+{engine.dialect.driver}")
+
+
+def _step(unit: Unit[T], reply: Rows | None) -> tuple[Step | None, T | None]:
+    """Advance ``unit``: (its next step, None) or (None, its result)."""
+    try:
+        return unit.send(reply), None
+    except StopIteration as stop:
+        return None, stop.value
+
+
+class SQLiteRunner(DirectRunner):
+    """The whole transaction in one call on the pooled connection's own thread.
+
+    aiosqlite offers no public way to run a function on its connection thread; its
+    ``_execute`` (queue a callable for that thread) and ``_conn`` are what its own methods use,
+    and tests/store/test_units.py fails should a release change them. The pool has one
+    connection (store/engine.py) and the checkout makes it ours for the unit.
+    """
+
+    async def run(self, unit: Unit[T], *, write: bool,
+                  durable: bool) -> tuple[T, list[EventRecord]]:
+        async with self._main.connect() as connection:
+            driver = (await connection.get_raw_connection()).driver_connection
+            assert driver is not None
+            result: tuple[T, list[EventRecord]] = await driver._execute(
+                self._run_here, driver._conn, unit, write)
+            return result
+
+    def _run_here(self, db: sqlite3.Connection, unit: Unit[T],
+                  write: bool) -> tuple[T, list[EventRecord]]:
+        appended: list[EventRecord] = []
+        self.counts.transactions += 1
+        # Writers take the write lock up front (see store/engine.py's BEGIN IMMEDIATE).
+        db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            reply: Rows | None = None
+            while True:
+                step, result = _step(unit, reply)
+                if step is None:
+                    break
+                if isinstance(step, Appended):
+                    appended.append(step.record)
+                    reply = None
+                    continue
+                statement = self.compiled(step.clause)
+                reply = db.execute(statement.sql, statement.arguments(step.params)).fetchall()
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        finally:
+            unit.close()
+        return result, appended  # type: ignore[return-value]
+
+
+#: What a PostgreSQL unit's transaction starts with. A unit that need not be durable before
+#: its commit returns (a read tool's call and settlement, a step's start) commits without
+#: waiting for the WAL flush: a later durable commit flushes it, and only a crash of the
+#: database server in between loses it (docs/architecture.md, "Durability").
+_PG_BEGIN = {
+    (True, True): "BEGIN",
+    (True, False): "BEGIN; SET LOCAL synchronous_commit TO off",
+    (False, True): "BEGIN READ ONLY",
+    (False, False): "BEGIN READ ONLY",
+}
+
+# Raised by asyncpg (or the socket under it) when the pooled connection is gone, e.g. after the
+# database restarted; before BEGIN succeeded nothing was done, so the unit can run again.
+_DISCONNECTED = (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
+                 asyncpg.exceptions.AdminShutdownError)
+
+
+class PostgresRunner(DirectRunner):
+    """On asyncpg from a pool of its own: the same database, user and ``search_path`` as the
+    store's engine, no pre-ping (three round trips per checkout). A connection found dead at
+    BEGIN is discarded and the unit runs once more on a fresh one."""
+
+    def __init__(self, engine: AsyncEngine, pool_size: int = 5) -> None:
+        super().__init__(engine)
+        self._pool_size = pool_size
+        self._engine: AsyncEngine | None = None
+        self._starting = asyncio.Lock()
+
+    async def _direct_engine(self) -> AsyncEngine:
+        if self._engine is None:
+            async with self._starting:
+                if self._engine is None:
+                    async with self._main.connect() as connection:
+                        search_path = (await connection.exec_driver_sql(
+                            "SHOW search_path")).scalar_one()
+                    self._engine = create_async_engine(
+                        self._main.url, pool_size=self._pool_size, max_overflow=15,
+                        pool_pre_ping=False,
+                        connect_args={"server_settings": {"search_path": search_path}})
+        return self._engine
+
+    async def run(self, unit: Unit[T], *, write: bool,
+                  durable: bool) -> tuple[T, list[EventRecord]]:
+        engine = await self._direct_engine()
+        for attempt in (1, 2):
+            async with engine.connect() as connection:
+                pg = (await connection.get_raw_connection()).driver_connection
+                assert pg is not None
+                try:
+                    await pg.execute(_PG_BEGIN[(write, durable)])
+                except _DISCONNECTED:
+                    await connection.invalidate()
+                    if attempt == 2:
+                        raise
+                    continue
+                return await self._run_begun(connection, pg, unit)
+        raise AssertionError("unreachable")
+
+    async def _run_begun(self, connection: AsyncConnection, pg: Any,
+                         unit: Unit[T]) -> tuple[T, list[EventRecord]]:
+        appended: list[EventRecord] = []
+        self.counts.transactions += 1
+        try:
+            reply: Rows | None = None
+            while True:
+                step, result = _step(unit, reply)
+                if step is None:
+                    break
+                if isinstance(step, Appended):
+                    appended.append(step.record)
+                    reply = None
+                    continue
+                statement = self.compiled(step.clause)
+                rows = await pg.fetch(statement.sql, *statement.arguments(step.params))
+                reply = [tuple(row) for row in rows]
+            await pg.execute("COMMIT")
+        except BaseException:
+            try:
+                if pg.is_in_transaction():
+                    await pg.execute("ROLLBACK")
+            except Exception:
+                await connection.invalidate()
+            raise
+        finally:
+            unit.close()
+        return result, appended  # type: ignore[return-value]
+
+    async def dispose(self) -> None:
+        if self._engine is not None:
+            await self._engine.dispose()
+            self._engine = None
+
+
+async def run_in_session(session: Any, unit: Unit[T]) -> tuple[T, list[EventRecord]]:
+    """Run ``unit`` statement by statement inside the session's open transaction."""
+    appended: list[EventRecord] = []
+    reply: Rows | None = None
+    try:
+        while True:
+            step, result = _step(unit, reply)
+            if step is None:
+                return result, appended  # type: ignore[return-value]
+            if isinstance(step, Appended):
+                appended.append(step.record)
+                reply = None
+                continue
+            executed = await session.execute(step.clause, dict(step.params))
+            reply = [tuple(row) for row in executed.all()] if executed.returns_rows else []
+    finally:
+        unit.close()
