@@ -6,8 +6,9 @@ Prints one JSON line per figure (``"bench": "run_code"``, the figure under ``"fi
   dispatch over real loopback HTTP, vs awaiting the same dispatch in process (baseline);
 * ``run_code_persistent`` / ``run_code_ephemeral`` — a trivial ``1+1`` through
   ``RunCodeService.run`` (persistent lease; ephemeral from the warm pool), vs a bare call;
-* ``run_code_pipeline_persistent`` — the same persistent run as a model's call makes it,
-  through the store-backed guarded pipeline (SQLite), vs the direct persistent run;
+* ``run_code_pipeline_persistent`` — the same persistent run as a model's call makes it: the
+  run's host journals ``tool.requested``, the store-backed guarded pipeline runs it and the
+  host journals ``tool.settled`` with the audit row (SQLite), vs the direct persistent run;
 * ``wall_limit_recovery`` — from the wall limit firing on a SIGINT-ignoring C loop to a
   usable kernel again;
 * ``output_flood`` — printing 50 MiB: time until the call returns with ≤ the output cap.
@@ -63,12 +64,17 @@ print(json.dumps(samples))
 
 
 async def through_pipeline(service: RunCodeService, n: int, direct_p50_us: float) -> None:
-    """A trivial persistent ``run_code`` as a model's call makes it: the store-backed guarded
-    pipeline (authority, permissions, ceiling, approval mode, audit) and the kernel."""
+    """A trivial persistent ``run_code`` as a model's call makes it: through the run's host
+    (``tool.requested`` journaled with the call's facts, ``tool.settled`` with the audit row),
+    the store-backed guarded pipeline (authority, permissions, ceiling, approval mode, write
+    guard) and the kernel."""
+    from datetime import timedelta
+
     from benchkit import admit_run, fresh_store
 
+    from kaizen_server_extension.lanes.host import RunHost
     from kaizen_server_extension.lanes.tooling import PipelineToolBackend
-    from kaizen_server_extension.runtime.port import ToolCallRequest
+    from kaizen_server_extension.runtime.port import ToolCallRequest, TraceEvent
     from kaizen_server_extension.store.runs import RunLane
     from kaizen_server_extension.tools.registry import ToolRegistry
 
@@ -81,16 +87,24 @@ async def through_pipeline(service: RunCodeService, n: int, direct_p50_us: float
         backend = PipelineToolBackend(store, ToolRegistry.from_plugins(load_entrypoints=False),
                                       discovery_enabled=False)
         backend.attach_run_code(service)
-        admitted = await admit_run(store, RunLane(store), backend,
-                                   _Room("bench", agent, room))
-        call = backend.caller(bundle=admitted.bundle, tools=admitted.tools,
-                              cancelled=asyncio.Event())
+        lane = RunLane(store)
+        admitted = await admit_run(store, lane, backend, _Room("bench", agent, room))
+        bundle = admitted.bundle
+        host = RunHost(
+            store=store, lane=lane, bundle=bundle, model_stream=_no_model,
+            call_tool=backend.caller(bundle=bundle, tools=admitted.tools,
+                                     cancelled=asyncio.Event()),
+            publish_live=lambda conversation, kind, data: None, lease=timedelta(seconds=60),
+            read_tools=admitted.tools.read_tools)
         arguments = json.dumps({"code": "1+1", "persistent": True, "artifact_targets": []})
         samples: list[int] = []
         for i in range(n):
             start = now_ns()
-            result = await call(admitted.bundle, ToolCallRequest(f"c{i}", "run_code",
-                                                                 arguments, i + 1))
+            await host.publish(bundle, TraceEvent("tool.requested", {
+                "step": i + 1, "call_id": f"c{i}", "name": "run_code",
+                "arguments": arguments}))
+            result = await host.call_tool(bundle, ToolCallRequest(f"c{i}", "run_code",
+                                                                  arguments, i + 1))
             samples.append(now_ns() - start)
             assert result.outcome.value == "ok", result.content
         stats = summary(samples)
@@ -98,6 +112,11 @@ async def through_pipeline(service: RunCodeService, n: int, direct_p50_us: float
               **stats, "baseline_p50_us": us(direct_p50_us),
               "ratio": ratio(stats["p50_us"], direct_p50_us), "target_p50_us": 10_000.0,
               "meets_target": stats["p50_us"] <= 10_000.0, "n": n})
+
+
+async def _no_model(snapshot: Any) -> Any:
+    raise AssertionError("this bench makes no model step")
+    yield
 
 
 @dataclass(frozen=True)

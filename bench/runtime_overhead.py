@@ -172,6 +172,7 @@ async def on_store(db: str, store: Store, n: int, profile: str | None) -> None:
             call_tool=backend.caller(bundle=admitted.bundle, tools=admitted.tools,
                                      cancelled=cancelled),
             publish_live=_no_live, lease=timedelta(seconds=30),
+            read_tools=admitted.tools.read_tools,
         )
         manifest = RunManifest(
             bundle=admitted.bundle,
