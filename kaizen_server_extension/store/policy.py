@@ -499,7 +499,7 @@ async def read_only_transaction(store: Store) -> AsyncIterator[Tx]:
     PostgreSQL: ``SET TRANSACTION READ ONLY``. Whatever the caller staged is discarded: the
     session is closed without a flush and the transaction rolled back (R-365).
     """
-    async with store.engine.connect() as conn:
+    async with store.writer_gate(), store.engine.connect() as conn:
         transaction = await conn.begin()
         sqlite = conn.dialect.name == "sqlite"
         try:

@@ -9,6 +9,7 @@ event the database does not have.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -225,11 +226,17 @@ class Store:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Tx]:
-        async with self._sessions() as session, session.begin():
+        async with self.writer_gate(), self._sessions() as session, session.begin():
             tx = Tx(session)
             yield tx
         # Committed: now observers may see what was appended.
         self._publish(tx.appended)
+
+    def writer_gate(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Hold around any transaction opened on the engine directly (``transaction`` holds
+        it): on SQLite, this process's writers then queue here rather than at the database's
+        lock (store/units.py)."""
+        return self._units.writer_gate()
 
     async def dispose(self) -> None:
         await self._units.dispose()

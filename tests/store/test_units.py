@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -162,6 +163,97 @@ async def test_a_cancelled_caller_does_not_cut_a_unit_short(
         await asyncio.sleep(0.05)
     assert [e.type for e in published] == ["survivor"]
     assert [e.type for e in await store.journal.read(conversation, "alice")] == ["survivor"]
+
+
+# --- SQLite: the loop's thread when the lock is free, the pooled connection's when not --------
+
+
+def _sqlite(backend: str) -> None:
+    if backend != "sqlite":
+        pytest.skip("SQLite only")
+
+
+def _runner(store: Store) -> Any:
+    return store._units  # the runner's counters are what these tests observe
+
+
+async def test_a_unit_waits_for_a_lock_held_by_another_process_instead_of_failing(
+    store: Store, backend: str, tmp_path: Path,
+) -> None:
+    _sqlite(backend)
+    conversation = await _conversation(store)
+    on_loop = _runner(store).loop_thread_units
+    await store.run(journal_append(conversation, "free", "alice", {}, run_id=None,
+                                   notify=False))
+    assert _runner(store).loop_thread_units == on_loop + 1
+
+    holder = sqlite3.connect(tmp_path / "kaizen.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    waiting = asyncio.create_task(store.run(journal_append(
+        conversation, "waited", "alice", {}, run_id=None, notify=False)))
+    started = time.monotonic()
+    await asyncio.sleep(0.3)
+    # Waiting on the pooled connection's thread; the event loop itself never waited.
+    assert time.monotonic() - started < 1.0
+    assert not waiting.done()
+    holder.execute("ROLLBACK")
+    holder.close()
+    assert (await asyncio.wait_for(waiting, 15)).seq == 2
+    assert _runner(store).loop_thread_units == on_loop + 1
+
+
+async def test_sessions_and_units_interleave_without_losing_or_doubling_a_seq(
+    store: Store,
+) -> None:
+    conversation = await _conversation(store)
+
+    async def by_unit(i: int) -> int:
+        record = await store.run(journal_append(conversation, f"u{i}", "alice", {},
+                                                run_id=None, notify=store.notifies))
+        return record.seq
+
+    async def by_session(i: int) -> int:
+        async with store.transaction() as tx:
+            await asyncio.sleep(0)  # hold the transaction across a loop iteration
+            record = await tx.append_event(conversation, f"s{i}", "alice", {})
+        return record.seq
+
+    seqs = await asyncio.gather(*(
+        (by_unit if i % 2 else by_session)(i) for i in range(60)))
+    assert sorted(seqs) == list(range(1, 61))
+    stored = await store.journal.read(conversation, "alice", limit=100)
+    assert [e.seq for e in stored] == list(range(1, 61))
+
+
+async def test_the_loop_connection_leaves_checkpoints_to_the_pooled_one(
+    store: Store, backend: str, tmp_path: Path,
+) -> None:
+    """A checkpoint syncs the database file, which must not happen on the event loop: the
+    units' own connection never checkpoints, and every CHECKPOINT_EVERY units the pooled
+    connection is asked to."""
+    _sqlite(backend)
+    conversation = await _conversation(store)
+    runner = _runner(store)
+    runner.CHECKPOINT_EVERY = 10
+    db_file = tmp_path / "kaizen.db"
+
+    def main_file() -> bytes:
+        return db_file.read_bytes()
+
+    for i in range(5):  # fewer than CHECKPOINT_EVERY since the connection opened
+        await store.run(journal_append(conversation, f"e{i}", "alice", {}, run_id=None,
+                                       notify=False))
+    before = main_file()
+    for i in range(4):
+        await store.run(journal_append(conversation, f"f{i}", "alice", {}, run_id=None,
+                                       notify=False))
+    assert main_file() == before  # only the WAL grew
+    assert runner._loop_db.execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)
+    await store.run(journal_append(conversation, "tenth", "alice", {}, run_id=None,
+                                   notify=False))
+    assert runner._checkpointing is not None
+    await runner._checkpointing
+    assert main_file() != before
 
 
 def test_statements_with_parameters_rendered_per_execution_are_refused() -> None:
