@@ -37,6 +37,7 @@ from jupyter_client.session import Session
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import WebSocketClientConnection, WebSocketClosedError, websocket_connect
 
+from kaizen_kernel.files import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_TOTAL_BYTES
 from kaizen_kernel.provisioner import looks_secret
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,12 @@ log = logging.getLogger(__name__)
 WorkspaceMode = Literal["auto", "shared", "transfer"]
 WORKSPACE_MODES: tuple[WorkspaceMode, ...] = ("auto", "shared", "transfer")
 WORKSPACE_MODE_ENV = "KAIZEN_GATEWAY_WORKSPACE"
+# Transfer mode's bounds on what is sent *to* the kernel before a call (workspace files and
+# shared resources); the defaults are capture's, so what comes back can also go out again.
+TRANSFER_MAX_FILE_BYTES_ENV = "KAIZEN_GATEWAY_TRANSFER_MAX_FILE_BYTES"
+TRANSFER_MAX_TOTAL_BYTES_ENV = "KAIZEN_GATEWAY_TRANSFER_MAX_TOTAL_BYTES"
+TRANSFER_MAX_FILES_ENV = "KAIZEN_GATEWAY_TRANSFER_MAX_FILES"
+DEFAULT_TRANSFER_MAX_FILES = 2000
 
 # Names of the server's environment that a gateway kernel may receive. No PATH: the kernel
 # host has its own. Secret-looking names are dropped even when listed (provisioner guard).
@@ -61,6 +68,21 @@ class GatewayUnavailable(RuntimeError):
     """The gateway refused or could not be reached (a tool failure, never the caller's)."""
 
 
+class TransferRefused(Exception):
+    """Transfer mode could not bring the call's files to the kernel's host: nothing ran.
+
+    ``caller``: whose failure it is. Workspace contents over the transfer bounds are the
+    caller's (they can remove or shrink files); a shared file that does not arrive with its
+    admitted digest is the tool's, as the same refusal is locally.
+    """
+
+    def __init__(self, code: str, message: str, *, caller: bool) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.caller = caller
+
+
 @dataclass(frozen=True, slots=True)
 class GatewaySettings:
     """Kaizen's side of a gateway deployment; URL and credentials stay in ``GatewayClient``."""
@@ -68,6 +90,12 @@ class GatewaySettings:
     workspace_mode: WorkspaceMode = "auto"
     env_allowlist: tuple[str, ...] = DEFAULT_GATEWAY_ENV_ALLOWLIST
     alive_check_timeout_s: float = 2.0
+    # Transfer mode, per call: the largest single file sent to the kernel, the bytes sent in
+    # one sync (new or changed workspace files; separately, the call's shared resources) and
+    # the number of workspace files mirrored.
+    transfer_max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    transfer_max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES
+    transfer_max_files: int = DEFAULT_TRANSFER_MAX_FILES
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> GatewaySettings:
@@ -75,7 +103,27 @@ class GatewaySettings:
         mode = env.get(WORKSPACE_MODE_ENV, "auto").strip().lower() or "auto"
         if mode not in WORKSPACE_MODES:
             raise ValueError(f"{WORKSPACE_MODE_ENV} must be one of {', '.join(WORKSPACE_MODES)}")
-        return cls(workspace_mode=mode)
+        return cls(
+            workspace_mode=mode,
+            transfer_max_file_bytes=_positive(env, TRANSFER_MAX_FILE_BYTES_ENV,
+                                              DEFAULT_MAX_FILE_BYTES),
+            transfer_max_total_bytes=_positive(env, TRANSFER_MAX_TOTAL_BYTES_ENV,
+                                               DEFAULT_MAX_TOTAL_BYTES),
+            transfer_max_files=_positive(env, TRANSFER_MAX_FILES_ENV,
+                                         DEFAULT_TRANSFER_MAX_FILES))
+
+
+def _positive(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive whole number")
+    return value
 
 
 def gateway_enabled() -> bool:

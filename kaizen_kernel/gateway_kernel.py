@@ -16,11 +16,27 @@ Workspace (``GatewaySettings.workspace_mode``):
 
 * ``shared`` — the kernel sees the server's filesystem at the same paths (gateway on the same
   host, or a shared mount): the prelude moves into the lease workspace, exactly as locally.
-* ``transfer`` — the kernel works in a private directory on its own host; after the program
-  the declared ``artifact_targets`` are copied back through the kernel protocol in bounded
-  base64 chunks (same per-file and total caps as capture) into the lease workspace, and then
-  captured by the usual path. Files written by ``edit_workspace`` and shared resources are
-  not visible to such a kernel.
+* ``transfer`` — the kernel works in a private directory on its own host, and files cross
+  through the kernel protocol in bounded base64 chunks (``user_expressions`` calls of the
+  kernel-side helpers in :mod:`kaizen_kernel.gateway_prelude`). *Before* each execution:
+
+  - the working directory is brought in line with the lease workspace (which
+    ``edit_workspace`` and earlier calls write): files new or changed since the last sync
+    (tracked by sha256) are uploaded, files removed locally are deleted there. Symlinks and
+    special files are never followed or sent; names stay relative and every component is
+    opened ``O_NOFOLLOW`` on both sides. Bounded per file, per sync and in the number of
+    files (``GatewaySettings.transfer_*``; bytes default to capture's caps): over a bound the call
+    is refused with ``workspace_too_large``, naming the file and the bound, and nothing runs.
+  - the call's admitted shared resources (R-454) are copied into a private directory of the
+    kernel, outside the working directory; the kernel recomputes every file's sha256 and
+    size against the admitted values *before* the manifest is exposed. A mismatch empties
+    the directory and refuses the call (``resource_manifest_mismatch``, R-455) — fail
+    closed, as locally. Copies are ``0444`` in a ``0555`` directory and re-verified on every
+    call; ``KAIZEN_SHARED_RESOURCES_DIR`` / ``_MANIFEST`` name the remote copies, and are
+    absent (and the directory emptied) when a call has none.
+
+  *After* the program the declared ``artifact_targets`` are copied back (same per-file and
+  total caps as capture) into the lease workspace, and then captured by the usual path.
 * ``auto`` (default) — a probe decides per kernel: the server writes a random value into a
   transient file in the lease workspace; ``shared`` if the kernel reads it back, else
   ``transfer``.
@@ -34,12 +50,14 @@ import base64
 import contextlib
 import dataclasses
 import errno
+import hashlib
 import json
 import logging
 import os
 import secrets
+import stat
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +67,7 @@ from kaizen_kernel.gateway import (
     GatewayREST,
     GatewaySettings,
     GatewayUnavailable,
+    TransferRefused,
     start_env,
 )
 from kaizen_kernel.gateway_prelude import call_expression
@@ -83,6 +102,15 @@ class GatewaySandboxKernel(SandboxKernel):
         # None until probed: does the kernel see the server's filesystem at the same paths?
         self.shares_workspace: bool | None = None
         self.remote_workdir: str | None = None
+        # Transfer mode: what the remote working directory holds of the lease workspace
+        # (name -> sha256 as last sent or handed back), and a local digest cache by stat.
+        self.synced: dict[str, str] = {}
+        # ... and the directories it made there for them (removed, if empty, when the
+        # workspace no longer has them).
+        self.synced_dirs: set[str] = set()
+        self.local_digests: dict[str, tuple[tuple[int, ...], str]] = {}
+        # Transfer mode: the remote resources directory holds a verified list right now.
+        self.remote_resources = False
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -164,7 +192,11 @@ class GatewaySandboxKernel(SandboxKernel):
         if self.client is not None:
             self.client.stop_channels()
         previous = self.requested
-        self.remote_workdir = None  # the old process removed its private directory
+        # The old process removed its private directories: everything is sent again.
+        self.remote_workdir = None
+        self.synced = {}
+        self.synced_dirs = set()
+        self.remote_resources = False
         await self._connect()
         if previous is not None:
             await self.bind(previous)
@@ -242,10 +274,160 @@ class GatewaySandboxKernel(SandboxKernel):
         self.requested = binding
         workspace = await self._kernel_workspace(binding.workspace)
         mapped = dataclasses.replace(binding, workspace=workspace)
-        if not self.shares_workspace and hasattr(mapped, "resources_dir"):
-            # Server paths mean nothing on another host: no shared files there.
+        if self.shares_workspace is False and self.language == "python":
+            # Another host: server paths mean nothing there, so the workspace's files and the
+            # call's shared resources are sent before every execution.
+            if binding.workspace is not None and self.remote_workdir is not None:
+                await self._sync_workspace(Path(binding.workspace))
+            remote_dir, remote_manifest = await self._transfer_resources(
+                binding.resources_dir, binding.resources_manifest)
+            mapped = dataclasses.replace(mapped, resources_dir=remote_dir,
+                                         resources_manifest=remote_manifest)
+        elif not self.shares_workspace:
             mapped = dataclasses.replace(mapped, resources_dir=None, resources_manifest=None)
         await super().bind(mapped)
+
+    # --- transfer mode: files to the kernel --------------------------------------------
+
+    async def _helper(self, function: str, *args: object) -> Any:
+        return await self.evaluate(call_expression(function, *args))
+
+    async def _push(self, data: bytes) -> str:
+        """Send ``data`` in bounded chunks; the kernel holds it under the returned tag."""
+        tag = secrets.token_hex(8)
+        offset = 0
+        while True:
+            piece = data[offset:offset + TRANSFER_CHUNK_BYTES]
+            answer = await self._helper("put_chunk", tag, offset,
+                                        base64.b64encode(piece).decode("ascii"))
+            if not isinstance(answer, Mapping) or answer.get("status") != "ok":
+                raise KernelStartError("the kernel did not accept a file chunk")
+            offset += len(piece)
+            if offset >= len(data):
+                return tag
+
+    async def _sync_workspace(self, workspace: Path) -> None:
+        """Mirror the lease workspace's new, changed and removed files into the kernel's
+        working directory; over a bound nothing is sent and the call is refused."""
+        settings = self.settings
+        scanned = await asyncio.to_thread(_scan_workspace, workspace, self.local_digests,
+                                          settings.transfer_max_files,
+                                          settings.transfer_max_file_bytes)
+        if scanned is None:
+            raise TransferRefused(
+                "workspace_too_large",
+                f"the workspace holds more than {settings.transfer_max_files} files, the "
+                "most that are sent to the gateway kernel; remove files from it", caller=True)
+        local, local_dirs = scanned
+        send = sorted(name for name, (size, digest, _) in local.items()
+                      if self.synced.get(name) != digest)
+        too_big = [name for name in send if local[name][0] > settings.transfer_max_file_bytes]
+        if too_big:
+            raise TransferRefused(
+                "workspace_too_large",
+                f"the workspace file {too_big[0]!r} is larger than "
+                f"{_size(settings.transfer_max_file_bytes)}, the most that is sent to the "
+                "gateway kernel per file; remove or shrink it", caller=True)
+        total = sum(local[name][0] for name in send)
+        if total > settings.transfer_max_total_bytes:
+            raise TransferRefused(
+                "workspace_too_large",
+                f"the workspace's new or changed files come to {_size(total)}, more than the "
+                f"{_size(settings.transfer_max_total_bytes)} sent to the gateway kernel per "
+                "call; remove files or make smaller ones", caller=True)
+        assert self.remote_workdir is not None
+        gone = sorted(name for name in self.synced if name not in local)
+        # Deepest first, so a directory emptied by its children's removal goes too.
+        vanished = sorted(self.synced_dirs - local_dirs, key=lambda d: (-d.count("/"), d))
+        if gone or vanished:
+            await self._helper("workspace_delete", self.remote_workdir, gone, vanished)
+            for name in gone:
+                self.synced.pop(name, None)
+        self.synced_dirs &= local_dirs
+        batch: list[dict[str, Any]] = []
+        batch_bytes = 0
+        for name in send:
+            data = await asyncio.to_thread(_read_workspace_file, workspace, name,
+                                           settings.transfer_max_file_bytes)
+            if data is None:
+                continue  # gone or replaced since the scan: the next sync sees it
+            entry: dict[str, Any] = {"name": name, "size": len(data),
+                                     "sha256": hashlib.sha256(data).hexdigest(),
+                                     "executable": local[name][2]}
+            if len(data) > TRANSFER_CHUNK_BYTES:
+                entry["tag"] = await self._push(data)
+                await self._write_remote([entry])
+                continue
+            entry["b64"] = base64.b64encode(data).decode("ascii")
+            batch.append(entry)
+            batch_bytes += len(data)
+            if batch_bytes >= TRANSFER_CHUNK_BYTES:
+                await self._write_remote(batch)
+                batch, batch_bytes = [], 0
+        if batch:
+            await self._write_remote(batch)
+        self.synced_dirs |= {parent for name in self.synced for parent in _parents(name)}
+
+    async def _write_remote(self, entries: list[dict[str, Any]]) -> None:
+        assert self.remote_workdir is not None
+        answer = await self._helper("workspace_write", self.remote_workdir, entries)
+        if not isinstance(answer, Mapping):
+            raise KernelStartError("the kernel answered malformed data")
+        for entry in entries:
+            status = answer.get(entry["name"])
+            if status == "ok":
+                self.synced[entry["name"]] = entry["sha256"]
+            elif status == "blocked":
+                raise TransferRefused(
+                    "workspace_path_blocked",
+                    f"the workspace file {entry['name']!r} could not be written in the "
+                    "gateway kernel's working directory: an earlier program left a "
+                    "directory at that path", caller=True)
+            else:
+                raise KernelStartError("a workspace file did not arrive intact")
+
+    async def _transfer_resources(self, local_dir: str | None,
+                                  manifest: str | None) -> tuple[str | None, str | None]:
+        """The call's verified shared files, copied to and re-verified on the kernel's host:
+        (remote directory, manifest naming the remote copies), or (None, None)."""
+        if not local_dir or not manifest:
+            if self.remote_resources:
+                await self._helper("resources_clear")
+                self.remote_resources = False
+            return None, None
+        entries = _manifest_entries(manifest)
+        settings = self.settings
+        if any(e["size"] > settings.transfer_max_file_bytes for e in entries) or \
+                sum(e["size"] for e in entries) > settings.transfer_max_total_bytes:
+            raise TransferRefused(
+                "resource_too_large",
+                "this turn's authorized files are larger than the gateway kernel accepts "
+                f"({_size(settings.transfer_max_file_bytes)} per file, "
+                f"{_size(settings.transfer_max_total_bytes)} in all)", caller=False)
+        admitted = [{"filename": e["filename"], "sha256": e["sha256"], "size": e["size"]}
+                    for e in entries]
+        self.remote_resources = True  # from here on the remote directory may hold files
+        needed = await self._helper("resources_check", admitted)
+        uploads: dict[str, str] = {}
+        for filename in needed if isinstance(needed, list) else []:
+            data = await asyncio.to_thread(_read_projected, Path(local_dir), str(filename),
+                                           settings.transfer_max_file_bytes)
+            # Sent as read, never checked here: the kernel checks what *arrived* (R-455).
+            uploads[str(filename)] = await self._push(data or b"")
+        answer = await self._helper("resources_commit", admitted, uploads)
+        if not isinstance(answer, Mapping) or answer.get("status") != "ok":
+            # Nothing is exposed on the kernel's side; the server's projection is rewritten
+            # from freshly verified bytes next time, and the binding is sent again.
+            self.projected = None
+            self.projected_manifest = None
+            self.binding = None
+            raise TransferRefused(
+                "resource_manifest_mismatch",
+                "an authorized file did not arrive on the gateway kernel's host with the "
+                "digest this turn was admitted with", caller=False)
+        remote_dir = str(answer["dir"])
+        remote = [{**e, "path": f"{remote_dir}/{e['filename']}"} for e in entries]
+        return remote_dir, json.dumps(remote, separators=(",", ":"))
 
     # --- files -------------------------------------------------------------------------
 
@@ -269,9 +451,14 @@ class GatewaySandboxKernel(SandboxKernel):
             if data is None:
                 reasons[name] = reason
                 await asyncio.to_thread(_remove_local, workspace, name)
+                # Not handed over: the kernel's copy (if any) is the kernel's own now, and
+                # the next sync must not delete it because the local copy went.
+                self.synced.pop(name, None)
                 continue
             remaining -= len(data)
             await asyncio.to_thread(_write_local, workspace, name, data)
+            # The kernel already holds these very bytes: the next sync does not resend them.
+            self.synced[name] = hashlib.sha256(data).hexdigest()
         return reasons
 
     async def _pull(self, name: str, max_file_bytes: int,
@@ -297,6 +484,182 @@ class GatewaySandboxKernel(SandboxKernel):
             chunks.append(piece)
             if not piece or offset >= int(answer.get("total", 0)):
                 return b"".join(chunks), "ok"
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Transient files of the ``auto`` probe: never part of the workspace.
+_PROBE_PREFIX = ".kaizen-probe-"
+_SHA256_HEX = frozenset("0123456789abcdef")
+
+
+def _size(n: int) -> str:
+    return f"{n / (1024 * 1024):.1f} MiB" if n >= 1024 * 1024 else f"{n} bytes"
+
+
+def _stat_key(info: os.stat_result) -> tuple[int, ...]:
+    # ctime moves on every write and cannot be set back by a program: a cheap "unchanged".
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def _hash_fd(fd: int) -> str:
+    digest = hashlib.sha256()
+    while piece := os.read(fd, TRANSFER_CHUNK_BYTES):
+        digest.update(piece)
+    return digest.hexdigest()
+
+
+def _scan_workspace(workspace: Path, cache: dict[str, tuple[tuple[int, ...], str]],
+                    max_files: int, max_file_bytes: int
+                    ) -> tuple[dict[str, tuple[int, str, bool]], set[str]] | None:
+    """The workspace's regular files, name -> (size, sha256, executable), and directories,
+    walked through ``O_NOFOLLOW`` directory descriptors (symlinks and special files are
+    skipped, never followed). ``cache`` (name -> (stat key, sha256)) spares hashing unchanged
+    files and is pruned to what exists. None when there are more than ``max_files`` files.
+
+    A file over ``max_file_bytes`` is not hashed: its digest is its stat key, so it counts as
+    changed until it is synced (which the per-file bound refuses)."""
+    found: dict[str, tuple[int, str, bool]] = {}
+    directories: set[str] = set()
+
+    def entries(fd: int, prefix: str) -> Iterator[tuple[str, os.DirEntry[str]]]:
+        with os.scandir(fd) as listing:
+            for entry in listing:
+                yield prefix + entry.name, entry
+
+    def walk(fd: int, prefix: str) -> bool:
+        for name, entry in list(entries(fd, prefix)):
+            if entry.is_symlink():
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                try:
+                    child = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
+                except OSError:
+                    continue  # swapped for a link or gone since the listing
+                directories.add(name)
+                try:
+                    if not walk(child, name + "/"):
+                        return False
+                finally:
+                    os.close(child)
+                continue
+            if not entry.is_file(follow_symlinks=False) or (
+                    not prefix and entry.name.startswith(_PROBE_PREFIX)):
+                continue
+            if len(found) >= max_files:
+                return False
+            try:
+                file_fd = os.open(entry.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                  dir_fd=fd)
+            except OSError:
+                continue
+            try:
+                info = os.fstat(file_fd)
+                if not stat.S_ISREG(info.st_mode):
+                    continue
+                key = _stat_key(info)
+                cached = cache.get(name)
+                if cached is not None and cached[0] == key:
+                    digest = cached[1]
+                elif info.st_size > max_file_bytes:
+                    digest = "unhashed:" + ":".join(map(str, key))
+                else:
+                    digest = _hash_fd(file_fd)
+                    cache[name] = (key, digest)
+                found[name] = (info.st_size, digest, bool(info.st_mode & stat.S_IXUSR))
+            finally:
+                os.close(file_fd)
+        return True
+
+    root = os.open(workspace, _DIR_FLAGS)
+    try:
+        complete = walk(root, "")
+    finally:
+        os.close(root)
+    for name in [n for n in cache if n not in found]:
+        del cache[name]
+    return (found, directories) if complete else None
+
+
+def _read_workspace_file(workspace: Path, name: str, max_bytes: int) -> bytes | None:
+    """A workspace file's bytes, every component opened without following links; None when
+    it is gone, not a regular file or has grown over ``max_bytes`` since the scan."""
+    try:
+        walked = _walk_parents(workspace, name, create=False)
+    except OSError:
+        return None
+    if walked is None:
+        return None
+    dir_fd, leaf = walked
+    try:
+        fd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    finally:
+        os.close(dir_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = _read_bounded(fd, max_bytes)
+    finally:
+        os.close(fd)
+    return data
+
+
+def _read_bounded(fd: int, max_bytes: int) -> bytes | None:
+    chunks: list[bytes] = []
+    size = 0
+    while piece := os.read(fd, TRANSFER_CHUNK_BYTES):
+        size += len(piece)
+        if size > max_bytes:
+            return None
+        chunks.append(piece)
+    return b"".join(chunks)
+
+
+def _parents(name: str) -> list[str]:
+    parts = name.split("/")[:-1]
+    return ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def _read_projected(directory: Path, filename: str, max_bytes: int) -> bytes | None:
+    """A file of the server's read-only projection (flat name, no link followed)."""
+    try:
+        dir_fd = os.open(directory, _DIR_FLAGS)
+    except OSError:
+        return None
+    try:
+        fd = os.open(filename, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    finally:
+        os.close(dir_fd)
+    try:
+        return _read_bounded(fd, max_bytes) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    finally:
+        os.close(fd)
+
+
+def _manifest_entries(manifest: str) -> list[dict[str, Any]]:
+    """The server-made manifest, checked for the shape the kernel side relies on."""
+    try:
+        entries = json.loads(manifest)
+    except ValueError:
+        entries = None
+    if not isinstance(entries, list):
+        raise TransferRefused("resource_manifest_mismatch",
+                              "the shared-resources manifest is malformed", caller=False)
+    for entry in entries:
+        filename = entry.get("filename") if isinstance(entry, dict) else None
+        digest = entry.get("sha256") if isinstance(entry, dict) else None
+        size = entry.get("size") if isinstance(entry, dict) else None
+        if (not isinstance(filename, str) or not filename or "/" in filename
+                or "\x00" in filename or filename in (".", "..")
+                or not isinstance(digest, str) or len(digest) != 64
+                or not set(digest) <= _SHA256_HEX
+                or not isinstance(size, int) or isinstance(size, bool) or size < 0):
+            raise TransferRefused("resource_manifest_mismatch",
+                                  "the shared-resources manifest is malformed", caller=False)
+    return entries
 
 
 def _walk_parents(workspace: Path, name: str, create: bool) -> tuple[int, str] | None:

@@ -306,6 +306,9 @@ with open("out/data.bin", "wb") as f:
 with open("big.bin", "wb") as f:
     f.write(b"0" * (3 * 1024 * 1024))            # over the 2 MiB file cap
 os.symlink("/etc/passwd", "link.txt")
+# The workspace's file was sent before the call; the program removes it.
+assert open("stale.txt").read() == "from an earlier call"
+os.remove("stale.txt")
 print(os.getcwd())
 """
 
@@ -324,7 +327,9 @@ async def test_transfer_mode_copies_declared_files_back_through_the_kernel(
     assert files["out/data.bin"].content == bytes(range(256)) * 6144
     refused = {r.name: r.reason for r in result.refused_files}
     assert refused == {"big.bin": "too_large", "link.txt": "symlink", "stale.txt": "missing"}
-    assert not (workspace / "stale.txt").exists()  # never captured as if produced now
+    # Removed by the program on the kernel's host: the local copy goes too, never captured
+    # as if produced now.
+    assert not (workspace / "stale.txt").exists()
 
 
 async def test_a_kernel_lost_on_the_gateway_mid_call_is_the_tools_failure(
