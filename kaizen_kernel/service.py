@@ -26,7 +26,7 @@ from typing import Any, Literal
 from kaizen_kernel import files as files_mod
 from kaizen_kernel import resources as resources_mod
 from kaizen_kernel.execute import DisplayItem, ExecutionCapture
-from kaizen_kernel.gateway import GatewaySettings
+from kaizen_kernel.gateway import GatewaySettings, TransferRefused
 from kaizen_kernel.kernel import Binding, KernelLaunchConfig, KernelStartError, SandboxKernel
 from kaizen_kernel.leases import ActiveCall, KernelLease, LeaseManager
 from kaizen_kernel.limits import ExecutionBudget, ProcessLimits
@@ -39,7 +39,13 @@ from kaizen_kernel.schema import (
     RunCodeArgumentsError,
     parse_arguments,
 )
-from kaizen_server_extension.runtime.port import Capability, FailureDomain, ToolOutcome
+from kaizen_server_extension.runtime.port import (
+    CanvasItem,
+    Capability,
+    FailureDomain,
+    ToolOutcome,
+)
+from kaizen_server_extension.tools.canvas import ON_SCREEN, png_item
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +87,17 @@ class RunCodeResult:
     def failed(self) -> bool:
         return self.outcome != ToolOutcome.OK
 
+    def canvas(self) -> tuple[CanvasItem, ...]:
+        """The PNG images the program displayed, in order, for the chat canvas (R-277): the
+        payload carries an on-screen marker in place of each, never its bytes."""
+        images = [item.image_png_b64 for item in self.displays
+                  if item.image_png_b64 is not None]
+        return tuple(png_item(data, f"Image {n} of {len(images)} displayed by the program")
+                     for n, data in enumerate(images, 1))
+
     def to_payload(self, *, repair: bool = True) -> dict[str, Any]:
-        """The bounded, model-facing JSON body (no file bytes, images as placeholders).
+        """The bounded, model-facing JSON body (no file bytes; each image is a marker saying
+        it is on screen, see :meth:`canvas`).
 
         A failed or timed-out run carries a ``repair_instruction`` naming the exception
         unless ``repair`` is False (the member asked for no retries).
@@ -92,7 +107,8 @@ class RunCodeResult:
             if item.text_plain is not None:
                 outputs.append(item.text_plain)
             if item.image_png_b64 is not None:
-                outputs.append(f"[image/png, {len(item.image_png_b64) * 3 // 4} bytes]")
+                size = len(item.image_png_b64) * 3 // 4
+                outputs.append(f"[image/png, {size} bytes: {ON_SCREEN}]")
         body: dict[str, Any] = {
             "status": self.status,
             "code": self.code,
@@ -368,6 +384,16 @@ class RunCodeService:
             # running the program, so it goes — a persistent one included.
             keep = False
             raise
+        except TransferRefused as refusal:
+            # Gateway transfer mode: the call's files could not be brought to the kernel's
+            # host within bounds and intact (kaizen_kernel/gateway_kernel.py); nothing ran.
+            refused = RunCodeResult(
+                status="error", outcome=ToolOutcome.ERROR,
+                failure_domain=FailureDomain.CALLER if refusal.caller else FailureDomain.TOOL,
+                code=refusal.code, message=f"{refusal.message}; nothing was run", **base)
+            if lost is not None:
+                _note_state_lost(refused, lost)
+            return refused
         except KernelStartError:
             keep = False
             log.warning("run_code kernel setup failed", exc_info=True)

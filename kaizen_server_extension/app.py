@@ -21,7 +21,7 @@ from traitlets import Bool, Float, Int, List, Set, Unicode, default
 
 from kaizen_server_extension.agents import AgentDefinition, AgentRegistrationError, collect_agents
 from kaizen_server_extension.events import EventBus, LiveEventInvalid, PostgresLink
-from kaizen_server_extension.settings import RuntimeSettings, SettingsError
+from kaizen_server_extension.settings import RuntimeSettings, SettingsError, withheld_surfaces
 from kaizen_server_extension.store import Store, create_engine, run_blocking, upgrade
 from kaizen_server_extension.store.engine import is_sqlite, sqlite_url_for
 from kaizen_server_extension.tools.registry import build_plugin_manager, collect_registrations
@@ -57,6 +57,8 @@ class KaizenContext:
     tools: Any = None
     # Names of the registered tools (the admin tool-policy routes refuse any other).
     tool_names: frozenset[str] = frozenset()
+    # The member's Library (its tools and REST routes); off, it does not exist here (R-140).
+    library_enabled: bool = True
 
     def is_admin(self, member: str) -> bool:
         return member in self.admin_members
@@ -123,6 +125,20 @@ class KaizenApp(ExtensionApp):
     def _default_plugins(self) -> list[str]:
         raw = os.environ.get("KAIZEN_PLUGINS", "")
         return [p.strip() for p in raw.split(",") if p.strip()]
+
+    library_enabled = Bool(
+        help="Expose the member's Library: collections and projects over their artifacts, the "
+        "agent tools inspect_library and manage_library, and its REST routes (default: "
+        "KAIZEN_LIBRARY_ENABLED, else on). Off, the Library is indistinguishable from a "
+        "feature this server never had: see docs/library.md.",
+    ).tag(config=True)
+
+    @default("library_enabled")
+    def _default_library_enabled(self) -> bool:
+        try:
+            return RuntimeSettings.from_environ(os.environ).KAIZEN_LIBRARY_ENABLED
+        except SettingsError as exc:
+            return bool(self._refuse_to_start(str(exc)))
 
     kernel_console = Bool(
         help="Let a member open their own persistent run_code kernel as a JupyterLab console "
@@ -236,6 +252,7 @@ class KaizenApp(ExtensionApp):
             model_base_url=self.model_base_url,
             model=self.model,
             model_api_key=os.environ.get(self.model_api_key_env) or None,
+            library_enabled=self.library_enabled,
         )
         store.add_listener(ctx.bus.publish_appended)
         if not is_sqlite(self.database_url):
@@ -251,7 +268,7 @@ class KaizenApp(ExtensionApp):
     def initialize_handlers(self) -> None:
         from kaizen_server_extension.api import handlers
 
-        self.handlers.extend(handlers.routes())
+        self.handlers.extend(handlers.routes(library=self.kaizen.library_enabled))
 
     def _load_plugins(self) -> LoadedPlugins:
         """First-party plugins, the ``kaizen`` entry points and ``c.KaizenApp.plugins``,
@@ -274,7 +291,9 @@ class KaizenApp(ExtensionApp):
         from kaizen_server_extension.tools.registry import ToolRegistrationError, ToolRegistry
 
         try:
-            registry = ToolRegistry.from_plugin_manager(plugins.pm, plugins.first_party)
+            registry = ToolRegistry.from_plugin_manager(
+                plugins.pm, plugins.first_party,
+                withheld_surfaces=withheld_surfaces(library_enabled=ctx.library_enabled))
         except ToolRegistrationError as exc:
             self._refuse_to_start(f"A tool plugin was refused: {exc}")
         ctx.tool_names = frozenset(registry.names())

@@ -18,10 +18,17 @@ MAX_CORRECTION_RULES = 16
 MAX_CORRECTION_ID_CHARS = 64
 MAX_CORRECTION_PATTERN_CHARS = 200
 MAX_CORRECTION_REMINDER_CHARS = 1000
+#: The tool surface the Library's tools declare; ``KAIZEN_LIBRARY_ENABLED`` exposes it (R-140).
+LIBRARY_SURFACE = "library"
 
 
 class SettingsError(ValueError):
     """A setting is out of bounds; the message names it and is safe to print."""
+
+
+def withheld_surfaces(*, library_enabled: bool) -> frozenset[str]:
+    """The tool surfaces this deployment does not expose, from its feature flags (R-140)."""
+    return frozenset() if library_enabled else frozenset({LIBRARY_SURFACE})
 
 
 class CorrectionRuleModel(BaseModel):
@@ -34,7 +41,7 @@ class CorrectionRuleModel(BaseModel):
 
 
 class RuntimeSettings(BaseModel):
-    """Budget and sandbox settings with the spec's names, defaults and bounds."""
+    """Budget, sandbox and feature-flag settings with the spec's names, defaults and bounds."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -50,6 +57,9 @@ class RuntimeSettings(BaseModel):
     # Spec: defaults to 1 and is capped at 3 (R-017).
     AGENT_STREAM_CORRECTION_MAX_ATTEMPTS: Annotated[int, Field(ge=0, le=3)] = 1
     AGENT_TOOL_DISCOVERY_ENABLED: bool = False
+    # Each surface answers to its own feature flag (spec: The closed built-in registry). Off,
+    # the member's Library (its agent tools and REST routes) does not exist on this server.
+    KAIZEN_LIBRARY_ENABLED: bool = True
 
     @field_validator("AGENT_STREAM_CORRECTION_RULES", mode="before")
     @classmethod

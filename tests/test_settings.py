@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from kaizen_server_extension.settings import (
+    LIBRARY_SURFACE,
     MAX_CORRECTION_PATTERN_CHARS,
     MAX_CORRECTION_RULES,
     RuntimeSettings,
     SettingsError,
+    withheld_surfaces,
 )
 from kaizen_server_extension.store.engine import sqlite_url_for
 from tests.support.server import start_server
@@ -30,6 +32,22 @@ def test_defaults_follow_the_spec() -> None:
     assert settings.AGENT_STREAM_CORRECTION_MAX_ATTEMPTS == 1
     assert settings.AGENT_STREAM_CORRECTION_RULES == ()
     assert settings.AGENT_TOOL_DISCOVERY_ENABLED is False
+    assert settings.KAIZEN_LIBRARY_ENABLED is True  # on: nothing changes for existing users
+
+
+@pytest.mark.rule("R-140")
+@pytest.mark.parametrize("value, enabled", [("0", False), ("false", False), ("off", False),
+                                            ("1", True), ("true", True), ("on", True)])
+def test_the_library_flag_reads_the_usual_boolean_spellings(value: str, enabled: bool) -> None:
+    settings = RuntimeSettings.from_environ({"KAIZEN_LIBRARY_ENABLED": value})
+    assert settings.KAIZEN_LIBRARY_ENABLED is enabled
+    withheld = withheld_surfaces(library_enabled=settings.KAIZEN_LIBRARY_ENABLED)
+    assert withheld == (frozenset() if enabled else frozenset({LIBRARY_SURFACE}))
+
+
+def test_an_unreadable_library_flag_names_the_setting() -> None:
+    with pytest.raises(SettingsError, match="KAIZEN_LIBRARY_ENABLED"):
+        RuntimeSettings.from_environ({"KAIZEN_LIBRARY_ENABLED": "sometimes"})
 
 
 @pytest.mark.rule("R-017")
@@ -91,6 +109,17 @@ def test_server_refuses_to_start_with_an_out_of_bounds_setting(tmp_path: Path) -
         server.stop()
     assert code != 0
     assert "AGENT_LOOP_MAX_CYCLES" in server.log()
+
+
+def test_server_refuses_an_unreadable_library_flag(tmp_path: Path) -> None:
+    server = start_server(tmp_path, sqlite_url_for(tmp_path / "k.db"),
+                          extra_env={"KAIZEN_LIBRARY_ENABLED": "sometimes"}, wait=False)
+    try:
+        code = server.process.wait(60)
+    finally:
+        server.stop()
+    assert code != 0
+    assert "Invalid setting KAIZEN_LIBRARY_ENABLED" in server.log()
 
 
 def test_server_refuses_an_unknown_sandbox_jail_mode(tmp_path: Path) -> None:

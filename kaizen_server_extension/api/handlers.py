@@ -12,6 +12,7 @@ from kaizen_server_extension.api.admin import admin_routes
 from kaizen_server_extension.api.artifacts import artifact_routes
 from kaizen_server_extension.api.base import KaizenHandler
 from kaizen_server_extension.api.kernel_console import kernel_console_routes
+from kaizen_server_extension.api.library import library_routes
 from kaizen_server_extension.api.notifications import (
     AttendedEventsHandler,
     NotificationAckHandler,
@@ -20,6 +21,7 @@ from kaizen_server_extension.api.notifications import (
 )
 from kaizen_server_extension.api.openapi import openapi_document
 from kaizen_server_extension.errors import BadRequest, NotFound, TooLarge
+from kaizen_server_extension.store.records import AgentRecord
 
 ID = r"[^/]{1,128}"
 AGENT_ID = r"[^/]{1,128}"
@@ -27,11 +29,20 @@ MEMBER = r"[^/]{1,200}"
 MAX_JOURNAL_PAGE = 1000
 
 
+def _agent_view(agent: AgentRecord, tool_names: frozenset[str]) -> dict[str, Any]:
+    """An agent as a member sees it: its tool grant narrowed to the tools this server has, the
+    same intersection its catalog is frozen from, so a surface the deployment does not expose
+    is named nowhere (R-140)."""
+    view = agent.public()
+    view["tools"] = [name for name in agent.tool_ceiling if name in tool_names]
+    return view
+
+
 class AgentsHandler(KaizenHandler):
     @web.authenticated
     async def get(self) -> None:
         agents = await self.kaizen.store.agents.list_visible(self.member)
-        self.write_json([a.public() for a in agents])
+        self.write_json([_agent_view(a, self.kaizen.tool_names) for a in agents])
 
 
 class AgentHandler(KaizenHandler):
@@ -40,7 +51,7 @@ class AgentHandler(KaizenHandler):
         agent = await self.kaizen.store.agents.get_visible(agent_id, self.member)
         if agent is None:
             raise NotFound("No such agent.", code="agent_not_found")
-        self.write_json(agent.public())
+        self.write_json(_agent_view(agent, self.kaizen.tool_names))
 
 
 class ConversationsHandler(KaizenHandler):
@@ -203,7 +214,7 @@ class MeHandler(KaizenHandler):
 class OpenAPIHandler(KaizenHandler):
     @web.authenticated
     async def get(self) -> None:
-        self.write_json(openapi_document())
+        self.write_json(openapi_document(library=self.kaizen.library_enabled))
 
 
 def _settings(approval_mode: str, model: str | None, handler: KaizenHandler) -> dict[str, Any]:
@@ -230,7 +241,9 @@ def _int_arg(handler: KaizenHandler, name: str, fallback: int, *, minimum: int,
 PREFIX = r"/kaizen/api"
 
 
-def routes() -> list[tuple[str, type[web.RequestHandler]]]:
+def routes(*, library: bool = True) -> list[tuple[str, type[web.RequestHandler]]]:
+    """Every REST route; the Library's only when ``library`` (KAIZEN_LIBRARY_ENABLED) is on,
+    so with it off those paths are unknown to the server, not refused by it (R-140)."""
     return [
         (rf"{PREFIX}/openapi\.json", OpenAPIHandler),
         (rf"{PREFIX}/agents", AgentsHandler),
@@ -254,6 +267,7 @@ def routes() -> list[tuple[str, type[web.RequestHandler]]]:
         (rf"{PREFIX}/members/me", MeHandler),
         (rf"{PREFIX}/members/me/settings", MemberSettingsHandler),
         *artifact_routes(PREFIX),
+        *(library_routes(PREFIX) if library else ()),
         # The caller's own persistent run_code kernel, and opening it as a console.
         *kernel_console_routes(PREFIX, ID),
         # Admin only (404 to everyone else): the tool policies read on every tool call.

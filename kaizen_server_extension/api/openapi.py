@@ -71,7 +71,9 @@ def _model_schemas(*models: type[BaseModel]) -> dict[str, Any]:
 
 
 @cache
-def openapi_document() -> dict[str, Any]:
+def openapi_document(*, library: bool = True) -> dict[str, Any]:
+    """The document of the routes this server serves: the Library's paths only when
+    ``library`` (KAIZEN_LIBRARY_ENABLED) is on, as ``handlers.routes`` registers them (R-140)."""
     conv_id, run_id = _path_param("conversation_id"), _path_param("run_id")
     components = _model_schemas(schemas.CreateConversation, schemas.AddParticipant,
                                 schemas.PostMessage, schemas.MemberSettings,
@@ -112,7 +114,100 @@ def openapi_document() -> dict[str, Any]:
                                  "run_id": {"type": ["string", "null"]},
                                  "type": {"type": "string"}, "actor": {"type": "string"},
                                  "at": {"type": "string", "format": "date-time"},
-                                 "data": {"type": "object"}}},
+                                 "data": {"type": "object", "description": (
+                                     "Depends on type: ToolRequestedData for "
+                                     "tool.requested, ToolSettledData for tool.settled.")}}},
+        # The data of two event types, documented for clients that read them (R-236).
+        "ToolRequestedData": {
+            "type": "object", "required": ["step", "call_id", "name"],
+            "description": "data of a tool.requested event: a dispatched call, journaled "
+                           "before the tool runs.",
+            "properties": {
+                "step": {"type": "integer"}, "call_id": {"type": "string"},
+                "name": {"type": "string"},
+                "arguments": {"description": "The call's arguments, parsed when JSON, "
+                                             "credentials redacted, bounded ({truncated, "
+                                             "preview} when long)."},
+                "placeholders": {
+                    "type": "array", "items": _ref("GenerationPlaceholder"),
+                    "description": "run_code only, and only when its arguments pass the "
+                                   "tool's schema and target rules: one non-downloadable "
+                                   "placeholder per declared artifact_targets name, in order "
+                                   "([] for compute-only work). The call's tool.settled "
+                                   "(same run_id and call_id) settles each one."}}},
+        "GenerationPlaceholder": {
+            "type": "object", "required": ["target"],
+            "properties": {"target": {"type": "string", "description": (
+                "The declared output file's normalised relative name.")}}},
+        "ToolSettledData": {
+            "type": "object", "required": ["step", "call_id", "name", "outcome"],
+            "description": "data of a tool.settled event: the call's one outcome, journaled "
+                           "by the backend only.",
+            "properties": {
+                "step": {"type": "integer"}, "call_id": {"type": "string"},
+                "name": {"type": "string"},
+                "outcome": {"enum": ["ok", "error", "raised", "timeout", "abandoned",
+                                     "suppressed"]},
+                "capability": {"type": "string"},
+                "failure_domain": {"enum": ["none", "tool", "caller"]},
+                "content": {"type": "string",
+                            "description": "The bounded, redacted projection the model got."},
+                "closes_turn": {"type": "boolean"},
+                "files": {
+                    "type": "array", "items": _ref("StoredFile"),
+                    "description": "run_code (and any call that stored files): the durable "
+                                   "file stored for each declared target that was produced, "
+                                   "so its placeholder becomes that file. A placeholder whose "
+                                   "target has no entry was not produced and is removed. A "
+                                   "call that never settles is settled by its run's "
+                                   "run.terminal: its placeholders are removed."},
+                "canvas": {
+                    "type": "array", "items": _ref("CanvasItem"), "maxItems": 8,
+                    "description": "Rich output the call shows on the chat canvas instead of "
+                                   "handing it to the model (show_chat_canvas's Markdown, the "
+                                   "PNG images a run_code program displayed); content holds "
+                                   "one on-screen marker per item. Validated and bounded by "
+                                   "the backend: at most 8 items, 20,000 characters of "
+                                   "Markdown each, 512 KiB and 8192 pixels a side per PNG, "
+                                   "1 MiB of journaled characters in all (R-277). Absent when "
+                                   "the call shows nothing."},
+                "canvas_dropped": {
+                    "type": "boolean", "const": True,
+                    "description": "Present when the call had a canvas that could not be shown "
+                                   "(over a bound, not a complete PNG, or an error building or "
+                                   "journaling it). The outcome is unchanged, and every "
+                                   "on-screen marker in content was replaced with 'nothing "
+                                   "was rendered; do not describe rows or images you were "
+                                   "not given' (R-277, R-278)."}}},
+        "CanvasItem": {
+            "type": "object", "required": ["kind"],
+            "description": "One item of a tool call's chat canvas: Markdown (rendered as "
+                           "untrusted Markdown: model-authored HTML is never executed) or a "
+                           "PNG image.",
+            "properties": {
+                "kind": {"enum": ["markdown", "image"]},
+                "title": {"type": ["string", "null"],
+                          "description": "markdown: an optional heading."},
+                "markdown": {"type": "string", "description": "markdown: the source."},
+                "media_type": {"const": "image/png", "description": "image only."},
+                "data": {"type": "string", "contentEncoding": "base64",
+                         "contentMediaType": "image/png",
+                         "description": "image: the checked PNG bytes in canonical base64, "
+                                        "to be shown only as a data:image/png;base64 URI."},
+                "alt": {"type": "string", "description": "image: alternative text."},
+                "width": {"type": "integer", "minimum": 1, "maximum": 8192},
+                "height": {"type": "integer", "minimum": 1, "maximum": 8192}}},
+        "StoredFile": {
+            "type": "object",
+            "required": ["target", "artifact_id", "version", "filename", "media_type"],
+            "properties": {
+                "target": {"type": "string",
+                           "description": "The placeholder's target this file fills."},
+                "artifact_id": {"type": "string"},
+                "version": {"type": "integer", "minimum": 1,
+                            "description": "The exact stored version; download it with "
+                                           "GET artifacts/{id}/versions/{n}/download."},
+                "filename": {"type": "string"}, "media_type": {"type": "string"}}},
         "JournalPage": {"type": "object", "required": ["events", "next"],
                         "properties": {"events": {"type": "array", "items": _ref("Event")},
                                        "next": {"type": "integer"}}},
@@ -313,6 +408,12 @@ def openapi_document() -> dict[str, Any]:
     kernel_paths, kernel_components = kernel_console_openapi()
     paths.update(kernel_paths)
     components.update(kernel_components)
+    if library:
+        from kaizen_server_extension.api.library import library_openapi
+
+        library_paths, library_components = library_openapi()
+        paths.update(library_paths)
+        components.update(library_components)
     from kaizen_server_extension.api.admin import admin_openapi
 
     admin_paths, admin_components = admin_openapi()

@@ -10,7 +10,10 @@ nothing (R-109, R-111); a completed one is parsed strictly by the pipeline as on
 
 The completed call still goes through the ordinary guarded pipeline; ``update_artifact`` then
 freezes the same row (:meth:`UpdateCheckpoints.freeze`). Only a step that advertises
-``update_artifact`` is observed, so an unauthorized call never opens anything.
+``update_artifact`` is observed, so an unauthorized call never opens anything. Nor is a step
+whose update would first wait for the member's decision under their approval mode: the next
+version may open only after that approval (R-244), so the call's fragments stay in memory and
+its row opens when the approved call completes, in the transaction that freezes it.
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ from typing import Protocol, cast
 
 from kaizen_server_extension.errors import MemberError
 from kaizen_server_extension.gateway.assembly import ToolArgumentsDelta
+from kaizen_server_extension.policy.approvals import decide
 from kaizen_server_extension.runtime.port import StepEvent, StepFinished, StepSnapshot
 from kaizen_server_extension.store.artifact_checkpoints import (
     CheckpointRecord,
     CheckpointScope,
     UpdateCheckpoints,
 )
+from kaizen_server_extension.store.policy import StoreApprovalModes
 from kaizen_server_extension.store.store import Store
 
 log = logging.getLogger(__name__)
@@ -114,14 +119,16 @@ async def checkpointed_step(gateway: _StepStreams, snapshot: StepSnapshot, *, mo
     """One model step's events, with live update_artifact arguments checkpointed.
 
     A gateway without ``stream_step_with_arguments`` (or a step that does not advertise
-    update_artifact) streams exactly as before. The fragments are consumed here; the turn
-    controller sees only the ordinary events. A step that ends without ``StepFinished`` (cut,
-    failed, cancelled, or abandoned by its consumer) interrupts what it opened.
+    update_artifact, or whose update would wait for an approval) streams exactly as before.
+    The fragments are consumed here; the turn controller sees only the ordinary events. A step
+    that ends without ``StepFinished`` (cut, failed, cancelled, or abandoned by its consumer)
+    interrupts what it opened.
     """
     with_arguments = cast(
         "Callable[..., AsyncIterator[StepEvent | ToolArgumentsDelta]] | None",
         getattr(gateway, "stream_step_with_arguments", None))
-    if with_arguments is None or UPDATE_TOOL not in {t.name for t in snapshot.tools}:
+    if with_arguments is None or UPDATE_TOOL not in {t.name for t in snapshot.tools} \
+            or await _update_waits_for_approval(store, owner):
         async for event in gateway.stream_step(snapshot, model=model):
             yield event
         return
@@ -139,6 +146,20 @@ async def checkpointed_step(gateway: _StepStreams, snapshot: StepSnapshot, *, mo
     finally:
         if watcher is not None and not finished:
             await _interrupt(watcher)
+
+
+async def _update_waits_for_approval(store: Store, owner: str) -> bool:
+    """Whether ``owner``'s update_artifact call would wait for their decision under their
+    current approval mode. A mode that cannot be read counts as asking, as the pipeline
+    treats it, so no row opens ahead of a decision that may be required."""
+    from kaizen_plugins.artifacts import update_artifact  # late: plugins import this package
+
+    try:
+        mode = await StoreApprovalModes(store).mode_for(owner)
+    except Exception:
+        log.warning("approval mode unreadable; not checkpointing this step", exc_info=True)
+        return True
+    return decide(mode, update_artifact.descriptor).needs_approval
 
 
 async def _observe(watcher: ArtifactArgumentStream,

@@ -18,17 +18,18 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
-from kaizen_server_extension.policy.redaction import redact
+from kaizen_server_extension.policy.redaction import redact, redact_text, withhold
 from kaizen_server_extension.runtime.port import (
     AuthorityBundle,
     AuthorityRejected,
     RunCancelled,
     StepEvent,
     StepSnapshot,
+    StoredFile,
     TerminalOutcome,
     ToolCallRequest,
     ToolCallResult,
@@ -47,6 +48,7 @@ from kaizen_server_extension.store.policy import (
 from kaizen_server_extension.store.runs import RunLane, live_conversation
 from kaizen_server_extension.store.store import Store, journal_append
 from kaizen_server_extension.store.units import Unit
+from kaizen_server_extension.tools import canvas
 
 log = logging.getLogger("kaizen.lanes")
 
@@ -62,19 +64,53 @@ LivePublisher = Callable[[str, str, dict[str, Any]], None]
 MAX_SHOWN_ARGUMENT_CHARS = 4000
 
 
-def shown_arguments(raw: object) -> object:
-    """Arguments as observers may see them: parsed when JSON, credentials redacted, bounded."""
+def shown_arguments(raw: object, withheld: frozenset[str] = frozenset()) -> object:
+    """Arguments as observers may see them: parsed when JSON, what the tool keeps in the
+    backend (``withheld``, R-225) reduced to its size, credentials redacted, bounded."""
     if not isinstance(raw, str):
         return None
     try:
         value: object = json.loads(raw)
     except ValueError:
-        value = raw
-    shown = redact(value)
+        # Not JSON: the tool will refuse it, but its text may still be what it withholds.
+        value = {"withheld": True, "chars": len(raw)} if withheld else raw
+    shown = redact(withhold(value, withheld))
     text = json.dumps(shown, ensure_ascii=False)
     if len(text) > MAX_SHOWN_ARGUMENT_CHARS:
         return {"truncated": True, "preview": text[:MAX_SHOWN_ARGUMENT_CHARS]}
     return shown
+
+
+#: The tool whose calls declare their output files up front (``artifact_targets``, R-235), so
+#: each declared name can be shown as a generation placeholder before the call runs (R-236).
+GENERATING_TOOL = "run_code"
+
+
+def generation_placeholders(name: str, raw_arguments: object) -> list[dict[str, str]] | None:
+    """The non-downloadable placeholders a call publishes before it runs (R-236): one per
+    declared target of a run_code call whose arguments pass the tool's own schema and target
+    rules, under the normalised name its file would be stored by (redacted like the journaled
+    arguments). None for any other tool, and for arguments the tool refuses: such a call
+    settles before anything runs, so nothing is being generated. Never read from the raw
+    text of an invalid call."""
+    if name != GENERATING_TOOL or not isinstance(raw_arguments, str):
+        return None
+    # Imported here: the kernel package is loaded only where run_code is in use.
+    from kaizen_kernel.schema import RunCodeArgumentsError, parse_arguments
+
+    try:
+        arguments = parse_arguments(raw_arguments)
+    except RunCodeArgumentsError:
+        return None
+    return [{"target": redact_text(target)} for target in arguments.artifact_targets]
+
+
+def stored_files_data(files: tuple[StoredFile, ...]) -> list[dict[str, Any]]:
+    """The ``files`` of ``tool.settled``: each durable file by the declared target it fills,
+    named as the placeholder named it (R-236)."""
+    return [{"target": redact_text(f.target), "artifact_id": f.artifact_id,
+             "version": f.version, "filename": redact_text(f.filename),
+             "media_type": f.media_type} for f in files]
 
 
 class RunHost:
@@ -89,6 +125,7 @@ class RunHost:
         publish_live: LivePublisher,
         lease: timedelta,
         read_tools: frozenset[str] = frozenset(),
+        withheld_arguments: Mapping[str, frozenset[str]] | None = None,
     ) -> None:
         self._store = store
         self._lane = lane
@@ -99,6 +136,8 @@ class RunHost:
         self._lease = lease
         # Tools of the frozen catalog that only read: their records need not be flushed.
         self._read_tools = read_tools
+        # Per frozen tool, the arguments observers never see (R-225).
+        self._withheld = withheld_arguments or {}
 
     def _verify(self, bundle: AuthorityBundle) -> None:
         differing = self._admitted.differing_fields(bundle)
@@ -130,12 +169,41 @@ class RunHost:
             raise
         finally:
             end_call()
-        await self._journal(bundle, "tool.settled", {
+        # The canvas is materialized with the event that publishes it. One that cannot be
+        # shown is dropped and its on-screen claims withdrawn; the outcome stands (R-277,
+        # R-278). The model gets the very content journaled, so a resumed run reads the same.
+        shown = canvas.materialize(result, run_id=bundle.run_id)
+        result = shown.result
+        settled: dict[str, Any] = {
             "step": request.step, "call_id": result.call_id, "name": result.name,
             "outcome": result.outcome.value, "capability": result.capability.value,
             "failure_domain": result.failure_domain.value, "content": result.content,
             "closes_turn": result.closes_turn,
-        }, audit=scope.release(), durable=request.name not in self._read_tools)
+        }
+        if result.files or request.name == GENERATING_TOOL:
+            # What the call's placeholders become; a declared target without an entry was not
+            # produced, and its placeholder goes (R-236).
+            settled["files"] = stored_files_data(result.files)
+        if shown.data is not None:
+            settled["canvas"] = shown.data
+        elif shown.dropped:
+            settled["canvas_dropped"] = True
+        durable = request.name not in self._read_tools
+        try:
+            await self._journal(bundle, "tool.settled", settled, audit=scope.release(),
+                                durable=durable)
+        except RunCancelled:
+            raise
+        except Exception as exc:
+            if shown.data is None:
+                raise
+            # Journaling the canvas failed (nothing was committed, and the failed attempt
+            # wrote the audit rows on its own): the call settles all the same, without it.
+            result = canvas.drop(result, f"journal_failed: {type(exc).__name__}",
+                                 run_id=bundle.run_id).result
+            del settled["canvas"]
+            settled.update(content=result.content, canvas_dropped=True)
+            await self._journal(bundle, "tool.settled", settled, durable=durable)
         return result
 
     async def publish(self, bundle: AuthorityBundle, event: TraceEvent) -> None:
@@ -145,8 +213,21 @@ class RunHost:
             self._publish_live(bundle.conversation_id, event.kind,
                                {"run_id": bundle.run_id, **data})
             return
+        if event.kind == "tool.settled":
+            # Only the backend settles a call (``call_tool`` journals the outcome and the
+            # stored files): one published by the controller could forge either.
+            log.warning("run %s: dropped a tool.settled published by the controller",
+                        bundle.run_id)
+            return
         if event.kind == "tool.requested":
-            data["arguments"] = shown_arguments(data.get("arguments"))
+            # Placeholders are the backend's own reading of the validated arguments; anything
+            # the controller put under that name is discarded (R-236).
+            data.pop("placeholders", None)
+            placeholders = generation_placeholders(str(data.get("name")), data.get("arguments"))
+            if placeholders is not None:
+                data["placeholders"] = placeholders
+            data["arguments"] = shown_arguments(
+                data.get("arguments"), self._withheld.get(str(data.get("name")), frozenset()))
             await self._open_call(bundle, data)
             return
         await self._journal(bundle, event.kind, data,

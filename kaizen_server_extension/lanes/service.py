@@ -56,6 +56,7 @@ from kaizen_server_extension.store.records import AgentRecord, ConversationRecor
 from kaizen_server_extension.store.runs import Admission, RunLane
 from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.store.usage import DailyTokenCapReached, UsageLedger
+from kaizen_server_extension.tools.manifest import STAGED_ARTIFACT_TOOLS
 
 log = logging.getLogger("kaizen.lanes")
 
@@ -94,6 +95,9 @@ class FrozenTools:
     # The turn's attached files, pinned at acceptance and bound into the bundle's resource
     # digest at admission; run_code projects exactly these.
     resources: AdmittedResources = NO_RESOURCES
+
+    # Per frozen tool, the arguments observers never see (``tool(withheld_arguments=)``).
+    withheld_arguments: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
 
     @property
     def read_tools(self) -> frozenset[str]:
@@ -326,6 +330,8 @@ class LaneService:
             correction_rules=self._config.correction_rules,
             required_tool=tools.required_tool,
             deferred=tools.deferred,
+            staged_protocol=STAGED_ARTIFACT_TOOLS.intersection(
+                tool.name for tool in (*tools.advertised, *tools.deferred)),
         )
 
     async def _drive_turn(self, run: RunRecord, bundle: AuthorityBundle, tools: FrozenTools,
@@ -353,7 +359,7 @@ class LaneService:
             store=self.store, lane=self.lane, bundle=bundle, model_stream=model_stream,
             call_tool=self._tools.caller(bundle=bundle, tools=tools, cancelled=cancelled),
             publish_live=self._publish_live, lease=self.lease,
-            read_tools=tools.read_tools,
+            read_tools=tools.read_tools, withheld_arguments=tools.withheld_arguments,
         )
         controller = controller_for(controller_name, host, manifest, resume=resume)
         if controller is None:  # only a recovery can name one; it checked already

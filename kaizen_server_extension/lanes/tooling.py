@@ -41,6 +41,7 @@ from kaizen_server_extension.store.policy import (
 )
 from kaizen_server_extension.store.records import AgentRecord, ConversationRecord
 from kaizen_server_extension.store.store import Store
+from kaizen_server_extension.tools.canvas import without_canvas
 from kaizen_server_extension.tools.catalog import FrozenCatalog, freeze_catalog
 from kaizen_server_extension.tools.discovery import TOOL_SEARCH_NAME
 from kaizen_server_extension.tools.metrics import ToolMetrics
@@ -81,7 +82,9 @@ class BridgeBinding:
         ``tools.call`` as a ``ToolCallError`` carrying the projection's text."""
         request = ToolCallRequest(call_id=f"bridge-{uuid.uuid4().hex[:12]}", name=name,
                                   arguments=json.dumps(dict(arguments)), step=0)
-        result = await self.call(self.bundle, request)
+        # Kernel code's calls put nothing on the chat canvas, so nothing of theirs may claim
+        # to be on screen (R-278).
+        result = without_canvas(await self.call(self.bundle, request))
         if result.failed:
             raise MemberSafeError(result.content, code=f"tool_{result.outcome.value}")
         try:
@@ -177,9 +180,14 @@ class PipelineToolBackend:
         shown = {t.name for t in catalog.first_step}
         deferred = tuple(catalog.projected[name] for name in catalog.deferred
                          if name not in shown)
+        withheld = {}
+        for name in catalog.names:
+            registered = self._registry.get(name)
+            if registered is not None and registered.descriptor.withheld_arguments:
+                withheld[name] = registered.descriptor.withheld_arguments
         return FrozenTools(advertised=catalog.first_step, digest=catalog.digest,
                            required_tool=catalog.required_tool, catalog=catalog,
-                           deferred=deferred)
+                           deferred=deferred, withheld_arguments=withheld)
 
     def caller(self, *, bundle: AuthorityBundle, tools: FrozenTools,
                cancelled: asyncio.Event) -> ToolCaller:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -145,6 +146,17 @@ def redact_text(text: str) -> str:
     text = _AUTH_HEADER.sub(lambda m: m.group(1) + (m.group(2) or "") + REDACTED, text)
     text = _AUTH_SCHEME.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
     return _redact_pairs(text)
+
+
+def withhold(arguments: object, names: frozenset[str]) -> object:
+    """``arguments`` with the values of ``names`` replaced by their size: what a tool
+    declared as staying in the backend (artifact content, R-225) never reaches an observer,
+    not even redacted. Anything but a JSON object passes unchanged."""
+    if not names or not isinstance(arguments, dict):
+        return arguments
+    return {key: ({"withheld": True, "chars": len(value) if isinstance(value, str)
+                   else len(json.dumps(value, default=str))} if key in names else value)
+            for key, value in arguments.items()}
 
 
 def redact(value: object, *, _depth: int = 0) -> Any:

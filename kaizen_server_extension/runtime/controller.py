@@ -38,6 +38,14 @@ retry re-sends the same snapshot object and uses no round. When the rounds are s
 model stops without writing an answer — the one synthesis grant runs (R-043, R-045); it is
 never repeated (R-044).
 
+Staged creation has its own allowance (``staged_protocol_rounds``, 52; R-039, R-074): a tool
+round whose every call is one of ``manifest.staged_protocol`` (begin/append/finalize/discard
+of a draft) draws from it instead of ``max_cycles``, so a large artifact written in bounded
+pieces leaves the general budget to the rest of the turn. A round that mixes in any other
+tool is a general round, and a staged round once the allowance is spent draws from the
+general budget, so the two together still cap the turn. The draft's byte, sequence, owner and
+fence checks are the backend's and apply to every call whichever budget paid for its round.
+
 Resuming: a recovery hands a :class:`ResumePoint` rebuilt from the journal (R-054). The
 controller starts from it — committed tool rounds in the transcript, step numbers, rounds and
 corrections already used — so no committed step is asked of the model again.
@@ -156,6 +164,8 @@ class TurnController:
         self._clock = clock
         budgets = manifest.budgets
         self._max_cycles = max(0, budgets.max_cycles)
+        self._staged_allowance = max(0, budgets.staged_protocol_rounds)
+        self._staged_tools = manifest.staged_protocol
         self._max_retries = max(0, budgets.max_step_retries)
         self._max_parallel = max(1, budgets.max_parallel_tools)
         self._max_corrections = min(
@@ -174,6 +184,7 @@ class TurnController:
         self._results: list[ToolCallResult] = []
         self._step = 0
         self._rounds = 0
+        self._staged_rounds = 0
         self._corrections = 0
         self._searches = 0
         self._granted = False
@@ -195,7 +206,12 @@ class TurnController:
         rounds, corrections and step numbers they used stay used."""
         self._transcript = Transcript((*self._manifest.context, *point.messages))
         self._step = point.steps_started
-        self._rounds = point.rounds_used
+        # The journal counts every committed round alike; the staged ones among them were
+        # paid from the staged allowance, exactly as _count_tool_round decided live.
+        for message in point.messages:
+            if message.role == "assistant" and self._is_staged_round(message.tool_calls):
+                self._staged_rounds += 1
+        self._rounds = max(0, point.rounds_used - self._staged_rounds)
         self._corrections = point.corrections_used
         self._results = list(point.results)
         for result in point.results:
@@ -268,8 +284,20 @@ class TurnController:
                 if sample.text.strip():
                     return await self._commit(sample)
                 return await self._synthesize()  # stopped without an answer (R-045)
-            self._rounds += 1
+            self._count_tool_round(sample.calls)
             await self._run_tools(sample, text=sample.text if required is None else "")
+
+    def _is_staged_round(self, calls: Sequence[ToolCall]) -> bool:
+        """Whether a round with ``calls`` is paid from the staged allowance: only staged
+        protocol calls, and allowance left (R-039)."""
+        return (bool(calls) and self._staged_rounds < self._staged_allowance
+                and all(call.name in self._staged_tools for call in calls))
+
+    def _count_tool_round(self, calls: Sequence[ToolCall]) -> None:
+        if self._is_staged_round(calls):
+            self._staged_rounds += 1
+        else:
+            self._rounds += 1
 
     def _next_step(self) -> int:
         self._step += 1

@@ -89,6 +89,40 @@ class ToolCallRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredFile:
+    """A durable native file a call stored for one of its declared output targets (R-236).
+
+    Trusted: the backend builds it from what the artifact store returned, never from the
+    model-facing text, and journals it on ``tool.settled`` so the member surface can morph the
+    call's generation placeholder for ``target`` into this exact stored version."""
+
+    target: str
+    artifact_id: str
+    version: int
+    filename: str
+    media_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class CanvasItem:
+    """One piece of rich output a call moved out of the model's payload onto the chat canvas
+    (spec: A dropped canvas retracts its own claim; R-277).
+
+    Trusted: the tool's own backend code builds it from its output (show_chat_canvas's
+    Markdown, the PNG images a run_code program displayed), never from model-facing text; the
+    payload carries an on-screen marker in its place. The backend validates and bounds it
+    before it journals it on ``tool.settled`` (``tools/canvas.py``)."""
+
+    kind: Literal["markdown", "image"]
+    #: The Markdown source, or the image's bytes in base64.
+    data: str
+    #: ``text/markdown``, or the image's type (only ``image/png`` is shown).
+    media_type: str = "text/markdown"
+    #: The heading of a Markdown canvas; the alternative text of an image.
+    title: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCallResult:
     """What the backend hands back: a bounded, member-safe projection, never raw output."""
 
@@ -111,6 +145,13 @@ class ToolCallResult:
     # The operator reference of a failed write: the same one ends the WARNING, the audit row
     # and the member's answer (R-362). Opaque; never carries failure text.
     reference: str | None = None
+    # The durable files the call stored for its declared targets (run_code), as the tool's
+    # trusted body reported them; a declared target with no entry was not produced (R-236).
+    files: tuple[StoredFile, ...] = ()
+    # Rich output shown on the chat canvas instead of handed to the model; the content holds
+    # one on-screen marker per item. Dropped, markers withdrawn, when it cannot be shown
+    # (R-277, R-278).
+    canvas: tuple[CanvasItem, ...] = ()
 
     @property
     def failed(self) -> bool:
@@ -317,14 +358,25 @@ class CorrectionRule:
     reminder: str
 
 
+#: Staged creation's own protocol allowance (spec: Budgets and the synthesis grant; R-039,
+#: R-074): the spec's 52 rounds — ``begin``, 50 maximal ``append`` chunks and ``finalize`` —
+#: spent only by rounds that call nothing but the staged artifact protocol, so writing a large
+#: artifact does not starve the general tool budget. The draft's byte, sequence, ownership
+#: and execution fences are the store's and stay enforced on every one of those calls.
+STAGED_PROTOCOL_ROUNDS = 52
+
+
 @dataclass(frozen=True, slots=True)
 class Budgets:
+    #: General tool-bearing model rounds (AGENT_LOOP_MAX_CYCLES).
     max_cycles: int = 10
     inactivity_ms: int = 120_000
     max_parallel_tools: int = 1
     correction_max_attempts: int = 1
     # Pre-commit retries of one step for transient or empty provider exchanges.
     max_step_retries: int = 2
+    #: Rounds of the staged artifact protocol, not drawn from ``max_cycles``.
+    staged_protocol_rounds: int = STAGED_PROTOCOL_ROUNDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,6 +402,9 @@ class RunManifest:
     required_tool: str | None = None
     # Frozen tools held back behind discovery; revealed only by a result's ``reveals``.
     deferred: tuple[AdvertisedTool, ...] = ()
+    # The frozen tools of the staged artifact protocol: a round that calls only these draws
+    # from ``budgets.staged_protocol_rounds`` instead of ``budgets.max_cycles``.
+    staged_protocol: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

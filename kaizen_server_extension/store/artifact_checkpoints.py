@@ -30,8 +30,14 @@ from kaizen_server_extension.store.artifacts import (
 from kaizen_server_extension.store.store import Store, Tx, new_id, utcnow
 
 MAX_CHECKPOINT_CHARS = 1_100_000  # the update's content bound plus its JSON framing
-_FENCED = ("This artifact update was taken over or stopped; nothing more was saved to its "
-           "checkpoint.")
+# A fenced streamed update saved its draft when its checkpoint opened, so its refusal never
+# says "nothing was saved": it says what happened to this call and where the draft is.
+_FENCED = ("This artifact update's checkpoint was taken over or stopped, so this call did not "
+           "complete it. What was streamed before is kept with the checkpoint.")
+_BUSY = ("Another turn is writing this artifact now, so this update was not applied. The "
+         "streamed checkpoint stays with that turn; try again once it has finished.")
+#: Refusals of a fenced streamed generation: reported without a "nothing was saved" claim.
+FENCED_CHECKPOINT_CODES = frozenset({"checkpoint_fenced", "checkpoint_busy"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,8 +184,7 @@ class UpdateCheckpoints:
             return _record(row)  # this call's own stream: completion freezes the same row
         if row.status == "building" and row.run_id != scope.run_id \
                 and await self._run_is_active(tx, row.run_id):
-            raise Conflict("Another turn is still writing this artifact; nothing was saved.",
-                           code="checkpoint_busy")
+            raise Conflict(_BUSY, code="checkpoint_busy")
         # Resume: an interrupted or orphaned row, or the row this turn's own stream opened
         # for the call now executing, is taken over (a new fence), never duplicated.
         resumed = row.run_id != scope.run_id

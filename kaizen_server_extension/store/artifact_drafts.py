@@ -28,6 +28,11 @@ from kaizen_server_extension.store.store import Store, Tx, new_id, utcnow
 
 EMPTY_DIGEST = hashlib.sha256(b"").hexdigest()
 _NOT_FOUND = "No such draft."
+# A draft is the staged generation's checkpoint: what earlier appends saved is kept when a
+# later call is fenced out, so these refusals never say "nothing was saved".
+_KEPT = "What the draft saved before is kept as its checkpoint."
+#: Refusals of a fenced staged generation: reported without a "nothing was saved" claim.
+FENCED_DRAFT_CODES = frozenset({"draft_other_turn", "draft_fenced"})
 
 
 def _sha(data: str) -> str:
@@ -174,11 +179,11 @@ class DraftStore:
             raise Conflict(f"The draft is already {draft.status}; nothing was written.",
                            code="draft_closed")
         if draft.run_id != scope.run_id or draft.conversation_id != scope.conversation_id:
-            raise Conflict("The draft belongs to another turn; nothing was written.",
-                           code="draft_other_turn")
+            raise Conflict(f"The draft belongs to another turn, so this call did not write to "
+                           f"it. {_KEPT}", code="draft_other_turn")
         if draft.fence != scope.fence:
-            raise Conflict("The draft's execution was taken over; nothing was written.",
-                           code="draft_fenced")
+            raise Conflict(f"The draft's execution was taken over, so this call did not write "
+                           f"to it. {_KEPT}", code="draft_fenced")
         await self._live(tx, scope)
         return draft
 
@@ -193,8 +198,9 @@ class DraftStore:
                                    m.Run.status.in_(m.ACTIVE_RUN_STATUSES))
         )).scalar_one_or_none()
         if live is None:
-            raise Conflict("This turn no longer holds the draft's execution; nothing was "
-                           "written.", code="draft_fenced")
+            raise Conflict(f"This turn no longer holds the draft's execution (it was taken "
+                           f"over or stopped), so this call did not write to it. {_KEPT}",
+                           code="draft_fenced")
 
     @staticmethod
     def _at_cursor(draft: m.ArtifactDraft, sequence: int, digest: str) -> None:

@@ -14,6 +14,7 @@ from kaizen_server_extension.tools.types import (
     RoomClass,
     ToolContext,
     ToolDescriptor,
+    TrustedBody,
     WriteCategory,
 )
 
@@ -26,6 +27,7 @@ __all__ = [
     "ToolContext",
     "ToolDescriptor",
     "ToolRegistry",
+    "TrustedBody",
     "WriteCategory",
     "hookimpl",
     "tool",

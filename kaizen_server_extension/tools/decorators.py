@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import re
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pydantic
@@ -48,6 +48,7 @@ def tool(
     input_schema: Mapping[str, Any] | None = None,
     description: str | None = None,
     authorize: AuthorizeImpl | None = None,
+    withheld_arguments: Iterable[str] = (),
 ) -> Callable[[ToolImpl], RegisteredTool]:
     """Declare an async tool implementation ``async def f(ctx, **arguments)``.
 
@@ -57,6 +58,10 @@ def tool(
 
     ``authorize`` is the tool's own resource authorization: ``async def authorize(ctx,
     arguments) -> ResourceVerdict``, run just before execution against a read-only store.
+
+    ``withheld_arguments`` name top-level arguments whose values stay in the trusted backend:
+    observers (the journal's ``tool.requested``, approval requests) see only their size, never
+    their text (artifact content, R-225). The tool itself gets them whole.
     """
 
     def decorate(fn: ToolImpl) -> RegisteredTool:
@@ -73,6 +78,11 @@ def tool(
         if not text:
             raise ToolDeclarationError(f"tool {tool_name!r} needs a docstring or description=")
         schema = dict(input_schema) if input_schema is not None else schema_from_signature(fn)
+        withheld = frozenset(withheld_arguments)
+        unknown = withheld - set(schema.get("properties", {}))
+        if unknown:
+            raise ToolDeclarationError(
+                f"tool {tool_name!r}: withheld_arguments {sorted(unknown)} are not parameters")
         try:
             descriptor = ToolDescriptor(
                 name=tool_name,
@@ -86,6 +96,7 @@ def tool(
                 protocol_group=protocol_group,
                 surface=surface,
                 explicit_grant_only=explicit_grant_only,
+                withheld_arguments=withheld,
             )
         except ValueError as exc:  # an unknown enum value: say which tool declared it
             raise ToolDeclarationError(f"tool {tool_name!r}: {exc}") from exc

@@ -36,3 +36,19 @@ BUILTIN_TOOLS: Mapping[str, str] = MappingProxyType(
         "read_workspace": "kaizen_plugins.workspace", "edit_workspace": "kaizen_plugins.workspace",
     }
 )
+
+#: The staged artifact protocol, by built-in name. A round that calls only these is paid from
+#: the run's separate staged-creation allowance, not the general cycle budget (R-039, R-074).
+#: The names are reserved built-ins, so no third-party tool can claim the allowance.
+STAGED_ARTIFACT_TOOLS: frozenset[str] = frozenset(
+    {"begin_artifact", "append_artifact", "finalize_artifact", "discard_artifact"}
+)
+
+#: Shared capabilities (spec: Shared capabilities, not per-agent features; R-058). The common
+#: runtime provides them to every agent, with one scope, timeout, result limit and access
+#: check; an agent package cannot define its own version. The registry therefore refuses these
+#: names from any third-party plugin, including the ones this server does not implement yet
+#: (history search, tasks): a package must not fill the gap with a look-alike.
+SHARED_CAPABILITY_TOOLS: frozenset[str] = frozenset(
+    {"conversation_history_search", "list_available_agents", "inspect_tasks", "manage_tasks"}
+)

@@ -66,7 +66,7 @@ from kaizen_server_extension.policy.ports import (
     RosterCheck,
     ToolExecutor,
 )
-from kaizen_server_extension.policy.redaction import redact, redact_text
+from kaizen_server_extension.policy.redaction import redact, redact_text, withhold
 from kaizen_server_extension.runtime.port import (
     AuthorityBundle,
     AuthorityRejected,
@@ -92,6 +92,7 @@ from kaizen_server_extension.tools.types import (
     ResourceVerdict,
     RoomClass,
     ToolDescriptor,
+    TrustedBody,
     WriteCategory,
 )
 
@@ -361,8 +362,11 @@ class ToolPipeline:
         try:
             receipt = await store.find_receipt(bundle.run_id, digest)
             if receipt is None or receipt.status is ApprovalStatus.CONSUMED:
+                # The request shows what is decided on, except what the tool keeps in the
+                # backend until that exact request is approved (R-225); the digest binds it all.
                 approval_id = await store.request(
-                    bundle.run_id, bundle, request.name, digest, redact(arguments))
+                    bundle.run_id, bundle, request.name, digest,
+                    redact(withhold(dict(arguments), descriptor.withheld_arguments)))
                 raise ApprovalPending(approval_id, call_id=request.call_id, tool=request.name)
             if receipt.status is ApprovalStatus.PENDING:
                 raise PolicyDenied("approval_pending",
@@ -476,8 +480,10 @@ class ToolPipeline:
             if stop is not None and stop in done:
                 await self._abandon(bundle, request, descriptor, task)
                 raise RunCancelled()
-            await self._stop(task)
-            return self._timed_out(request, descriptor, timeout)
+            # A call that may have had an effect reports a tool that would not stop in its one
+            # operator WARNING, so the unknown outcome stays one line an operator can join.
+            stopped = await self._stop(task, report=not _may_have_effect(descriptor))
+            return self._timed_out(request, descriptor, timeout, stopped=stopped)
         try:
             body = task.result()
         except (RunCancelled, AuthorityRejected):
@@ -494,14 +500,18 @@ class ToolPipeline:
             return self._raised(request, descriptor, exc)
         return self._classify(request, descriptor, body)
 
-    async def _stop(self, task: asyncio.Future[object]) -> None:
-        """Cancel a running tool, which releases its sessions and leases (R-291)."""
+    async def _stop(self, task: asyncio.Future[object], *, report: bool = True) -> bool:
+        """Cancel a running tool, which releases its sessions and leases (R-291); whether it
+        stopped within the grace period. ``report`` logs a tool that did not."""
         task.cancel()
         await asyncio.wait({task}, timeout=CANCEL_GRACE_S)
         if not task.done():
-            log.warning("tool did not stop within %.1fs of cancellation", CANCEL_GRACE_S)
-        elif not task.cancelled():
+            if report:
+                log.warning("tool did not stop within %.1fs of cancellation", CANCEL_GRACE_S)
+            return False
+        if not task.cancelled():
             task.exception()  # retrieved so asyncio does not report it as unhandled
+        return True
 
     async def _abandon(
         self,
@@ -523,17 +533,27 @@ class ToolPipeline:
         content = self._project(body)
         details = failure_details(body)
         effect = _may_have_effect(descriptor)
+        # Files the tool stored travel beside the projection, as trusted data (R-236); they
+        # are kept on a failed body too, since a failed program may still have saved some.
+        files = body.stored_files if isinstance(body, TrustedBody) else ()
+        # So does the rich output the tool moved to the chat canvas; the host materializes it
+        # or drops it, and withdraws the payload's on-screen markers when it does (R-277).
+        canvas = body.canvas if isinstance(body, TrustedBody) else ()
         if details is None:
             return _Settled(
                 ToolCallResult(call_id=request.call_id, name=request.name,
                                outcome=ToolOutcome.OK, content=content,
                                capability=descriptor.capability,
                                evidence=_has_substance(body),
-                               may_have_effect=effect, delegated=self._delegates(descriptor)),
+                               may_have_effect=effect, delegated=self._delegates(descriptor),
+                               files=files, canvas=canvas),
                 raw=body, remember=True,
             )
-        return self._error(request, descriptor, content, details.domain, raw=body,
-                           reason_code=details.reason_code, exit_status=details.exit_status)
+        failed = self._error(request, descriptor, content, details.domain, raw=body,
+                             reason_code=details.reason_code, exit_status=details.exit_status)
+        if not (files or canvas):
+            return failed
+        return replace(failed, result=replace(failed.result, files=files, canvas=canvas))
 
     async def _check_result(
         self,
@@ -548,9 +568,11 @@ class ToolPipeline:
         result = settled.result
         verdict = await self._guardrails.evaluate_result(GuardrailResult(
             bundle, request, descriptor, result.outcome, result.content))
+        # The guardrail judged the text alone, so a canvas it never saw is not shown (the host
+        # then withdraws any on-screen claim left in the text, R-278).
         if isinstance(verdict, Redact):
             return replace(settled, result=replace(
-                result, content=self._project(verdict.content)))
+                result, content=self._project(verdict.content), canvas=()))
         if not isinstance(verdict, Deny):
             return settled
         log.warning("a result guardrail withheld the result of %s (run call %s, code %s)",
@@ -565,7 +587,7 @@ class ToolPipeline:
         # journal get the refusal, and the turn goes on as for an error.
         # A failed result keeps its own outcome (a raised write still closes the turn).
         was_ok = result.outcome is ToolOutcome.OK
-        withheld = replace(result, content=content, evidence=False,
+        withheld = replace(result, content=content, evidence=False, canvas=(),
                            outcome=ToolOutcome.ERROR if was_ok else result.outcome,
                            failure_domain=(FailureDomain.TOOL if was_ok
                                            else result.failure_domain))
@@ -614,40 +636,83 @@ class ToolPipeline:
         # and a reference; one WARNING carries the same reference and the redacted, bounded
         # exception chain for operators (R-362, R-363, R-369). A tool can commit before it
         # raises, so the outcome is unknown (R-364).
-        reference = uuid.uuid4().hex[:12]
         kind = type(exc).__name__
-        log.warning("write tool %s raised %s (reference %s, run call %s): %s", request.name,
-                    kind, reference, request.call_id, _operator_detail(exc))
-        content = (f"{request.name} failed while running ({kind}, reference {reference}), and "
-                   "whether its change was applied is unknown. Do not retry it; check the "
-                   "current state before anything else.")
+        return self._unknown_outcome(
+            request, descriptor, outcome=ToolOutcome.RAISED, reason_code="raised",
+            operator_event=f"raised {kind}", operator_detail=_operator_detail(exc),
+            failure="failed while running", exception_type=kind,
+        )
+
+    def _timed_out(
+        self, request: ToolCallRequest, descriptor: ToolDescriptor, timeout: float, *,
+        stopped: bool,
+    ) -> _Settled:
+        if _may_have_effect(descriptor):
+            # A call that may have an effect can have committed before its bound elapsed, so
+            # a timeout is the same unknown outcome as a raise and is reported the same way:
+            # one WARNING, whose reference also ends the answer and the audit row (R-362,
+            # R-364). There is no exception text to withhold, only how the stop went.
+            how = ("it stopped on cancellation" if stopped else
+                   f"it did not stop within {CANCEL_GRACE_S:.1f}s of cancellation")
+            return self._unknown_outcome(
+                request, descriptor, outcome=ToolOutcome.TIMEOUT, reason_code="timeout",
+                operator_event=f"timed out after {timeout:g}s", operator_detail=how,
+                failure=f"did not finish within {timeout:g} seconds and was stopped",
+                facts={"timeout_s": timeout},
+            )
+        # A read cannot have half-completed a change: the model learns it was stopped and the
+        # turn goes on (R-260, R-294).
         return _Settled(
             ToolCallResult(call_id=request.call_id, name=request.name,
-                           outcome=ToolOutcome.RAISED, content=content,
+                           outcome=ToolOutcome.TIMEOUT,
+                           content=(f"{request.name} did not finish within {timeout:g} seconds "
+                                    "and was stopped."),
+                           capability=descriptor.capability,
+                           failure_domain=FailureDomain.TOOL, may_have_effect=False,
+                           delegated=self._delegates(descriptor)),
+            reason_code="timeout", remember=True,
+        )
+
+    def _unknown_outcome(
+        self,
+        request: ToolCallRequest,
+        descriptor: ToolDescriptor,
+        *,
+        outcome: ToolOutcome,
+        reason_code: str,
+        operator_event: str,
+        operator_detail: str,
+        failure: str,
+        exception_type: str | None = None,
+        facts: Mapping[str, object] | None = None,
+    ) -> _Settled:
+        """A call that may have had an effect ended without saying whether it did (R-364).
+
+        One operator WARNING carries a fresh reference with ``operator_event`` and
+        ``operator_detail``; the model and member get the fixed ``failure`` clause, the
+        exception type (never its text) and the same reference; the audit row gets that
+        content, the reference and ``facts``. The WARNING is the operator record, so the
+        content-free failed-result line is not written as well (R-362, R-363)."""
+        reference = uuid.uuid4().hex[:12]
+        log.warning("write tool %s %s (reference %s, run call %s): %s", request.name,
+                    operator_event, reference, request.call_id, operator_detail)
+        label = f"{exception_type}, reference {reference}" if exception_type else (
+            f"reference {reference}")
+        content = (f"{request.name} {failure} ({label}), and whether its change was applied "
+                   "is unknown. Do not retry it; check the current state before anything "
+                   "else.")
+        recorded: dict[str, object] = {"error": content, **(facts or {})}
+        if exception_type:
+            recorded["exception_type"] = exception_type
+        return _Settled(
+            ToolCallResult(call_id=request.call_id, name=request.name,
+                           outcome=outcome, content=content,
                            capability=descriptor.capability,
                            failure_domain=FailureDomain.TOOL, closes_turn=True,
                            close_reason="ambiguous_write", may_have_effect=True,
                            delegated=self._delegates(descriptor), reference=reference),
-            raw={"error": content, "exception_type": kind, "reference": reference},
-            reason_code="raised", remember=True, log_failure=False,
-        )
-
-    def _timed_out(
-        self, request: ToolCallRequest, descriptor: ToolDescriptor, timeout: float
-    ) -> _Settled:
-        effect = _may_have_effect(descriptor)
-        content = f"{request.name} did not finish within {timeout:g} seconds and was stopped."
-        if effect:
-            content += (" Whether its change was applied is unknown. Do not retry it; check the "
-                        "current state before anything else.")
-        return _Settled(
-            ToolCallResult(call_id=request.call_id, name=request.name,
-                           outcome=ToolOutcome.TIMEOUT, content=content,
-                           capability=descriptor.capability,
-                           failure_domain=FailureDomain.TOOL, closes_turn=effect,
-                           close_reason="ambiguous_write" if effect else None,
-                           may_have_effect=effect, delegated=self._delegates(descriptor)),
-            reason_code="timeout", remember=True,
+            raw={**recorded, "reference": reference},
+            reason_code=reason_code, remember=True, log_failure=False,
         )
 
     def _denied(

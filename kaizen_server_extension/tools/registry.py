@@ -5,7 +5,14 @@ through the same ``kaizen_register_tools`` hook as third-party packages loaded f
 ``kaizen`` entry-point group. The registry records who registered what, so it can hold the
 closed built-in set (spec: The closed built-in registry): a first-party tool must be named in
 ``BUILTIN_TOOLS`` under the module that implements it, and no third party may take a built-in
-name. Any name collision is refused with an error naming both sides.
+name or the name of a shared runtime capability (``SHARED_CAPABILITY_TOOLS``, R-058). Any name
+collision is refused with an error naming both sides.
+
+A surface a deployment does not expose (its feature flag is off) is *withheld*: its tools are
+checked like any other, so a broken plugin stops start-up either way, and then left out. Every
+view of the tools is built from this registry (the frozen catalogs, tool discovery, the call
+pipeline, ``GET tools``, the admin tool policies), so a withheld tool is indistinguishable from
+one that was never installed (R-140).
 """
 
 from __future__ import annotations
@@ -20,7 +27,11 @@ import pluggy
 
 from kaizen_server_extension.runtime.port import Capability
 from kaizen_server_extension.tools import hookspecs
-from kaizen_server_extension.tools.manifest import BUILTIN_TOOLS, CORE_PLUGINS
+from kaizen_server_extension.tools.manifest import (
+    BUILTIN_TOOLS,
+    CORE_PLUGINS,
+    SHARED_CAPABILITY_TOOLS,
+)
 from kaizen_server_extension.tools.types import RegisteredTool, ToolDescriptor
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT
@@ -63,10 +74,14 @@ def build_plugin_manager(
 class ToolRegistry:
     """Name → :class:`RegisteredTool`, filled once; read-only afterwards by convention."""
 
-    def __init__(self, manifest: Mapping[str, str] = BUILTIN_TOOLS) -> None:
+    def __init__(self, manifest: Mapping[str, str] = BUILTIN_TOOLS, *,
+                 withheld_surfaces: Iterable[str] = ()) -> None:
         self._manifest = manifest
+        self._withheld_surfaces = frozenset(withheld_surfaces)
         self._tools: dict[str, RegisteredTool] = {}
         self._owner: dict[str, str] = {}
+        # Withheld tools' owners, kept only so a name collision is refused whatever the flags.
+        self._withheld_owner: dict[str, str] = {}
 
     @classmethod
     def from_plugin_manager(
@@ -75,10 +90,12 @@ class ToolRegistry:
         first_party: frozenset[str],
         *,
         manifest: Mapping[str, str] = BUILTIN_TOOLS,
+        withheld_surfaces: Iterable[str] = (),
     ) -> ToolRegistry:
         """Call every ``kaizen_register_tools`` implementation with a registrar bound to its
-        plugin, first-party plugins first so a built-in name is claimed by its owner."""
-        registry = cls(manifest)
+        plugin, first-party plugins first so a built-in name is claimed by its owner; tools
+        of a ``withheld_surfaces`` surface are validated and left out."""
+        registry = cls(manifest, withheld_surfaces=withheld_surfaces)
         impls = pm.hook.kaizen_register_tools.get_hookimpls()
         impls.sort(key=lambda impl: impl.plugin_name not in first_party)  # stable sort
         for impl in impls:
@@ -101,11 +118,13 @@ class ToolRegistry:
         load_entrypoints: bool = True,
         extra_plugins: Iterable[tuple[str, object]] = (),
         manifest: Mapping[str, str] = BUILTIN_TOOLS,
+        withheld_surfaces: Iterable[str] = (),
     ) -> ToolRegistry:
         pm, names = build_plugin_manager(
             first_party, load_entrypoints=load_entrypoints, extra_plugins=extra_plugins
         )
-        return cls.from_plugin_manager(pm, names, manifest=manifest)
+        return cls.from_plugin_manager(pm, names, manifest=manifest,
+                                       withheld_surfaces=withheld_surfaces)
 
     def register(
         self,
@@ -121,10 +140,11 @@ class ToolRegistry:
                 f"plugin {owner!r} registered {item!r}; expected a @tool-decorated function"
             )
         name = item.descriptor.name
-        if name in self._tools:
+        earlier = self._owner.get(name) or self._withheld_owner.get(name)
+        if earlier is not None:
             raise ToolRegistrationError(
                 f"tool name collision: {name!r} from plugin {owner!r} is already registered "
-                f"by plugin {self._owner[name]!r}"
+                f"by plugin {earlier!r}"
             )
         if first_party:
             expected = self._manifest.get(name)
@@ -146,6 +166,15 @@ class ToolRegistry:
             raise ToolRegistrationError(
                 f"plugin {owner!r} may not register {name!r}: it is a reserved built-in name"
             )
+        elif name in SHARED_CAPABILITY_TOOLS:
+            raise ToolRegistrationError(
+                f"plugin {owner!r} may not register {name!r}: it is a shared runtime "
+                "capability, which no agent package may define its own version of"
+            )
+        if item.descriptor.surface in self._withheld_surfaces:
+            # Not exposed by this deployment: valid, and absent from every view (R-140).
+            self._withheld_owner[name] = owner
+            return
         # Provenance is the registry's fact, not the plugin's claim.
         if item.descriptor.first_party != first_party:
             item = dataclasses.replace(

@@ -7,11 +7,16 @@ all agree on one definition.
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kaizen_server_extension.runtime.port import AuthorityBundle, Capability
+from kaizen_server_extension.runtime.port import (
+    AuthorityBundle,
+    CanvasItem,
+    Capability,
+    StoredFile,
+)
 
 DEFAULT_TIMEOUT_S = 30.0
 MAX_TIMEOUT_S = 240.0
@@ -49,6 +54,24 @@ class MemberSafeError(Exception):
         super().__init__(message)
         self.code = code
         self.domain = domain
+
+
+class TrustedBody(dict[str, Any]):
+    """A tool's JSON body with trusted parts beside it: the durable files the call stored for
+    its declared output targets (run_code), and the rich output it moved to the chat canvas.
+    The body is read and projected for the model exactly like any dict; neither part is ever
+    projected. The pipeline carries ``stored_files`` on ``ToolCallResult.files``, which the
+    journal's ``tool.settled`` publishes so a generation placeholder can morph into its file
+    (R-236), and ``canvas`` on ``ToolCallResult.canvas``, which the host materializes on the
+    same event while the body keeps one on-screen marker per item (R-277)."""
+
+    __slots__ = ("canvas", "stored_files")
+
+    def __init__(self, body: Mapping[str, Any], stored_files: Iterable[StoredFile] = (), *,
+                 canvas: Iterable[CanvasItem] = ()) -> None:
+        super().__init__(body)
+        self.stored_files: tuple[StoredFile, ...] = tuple(stored_files)
+        self.canvas: tuple[CanvasItem, ...] = tuple(canvas)
 
 
 class ToolContext(Protocol):
@@ -131,6 +154,8 @@ class ToolDescriptor:
     # Offered only to an agent whose tool list names it explicitly (run_code, R-136): an agent
     # without a tool list does not get it by default.
     explicit_grant_only: bool = False
+    # Arguments whose values never leave the backend for observers (R-225): see ``tool``.
+    withheld_arguments: frozenset[str] = frozenset()
 
     @property
     def effective_timeout_s(self) -> float:

@@ -51,6 +51,19 @@ export interface IToolCallView {
   /** Set once settled. */
   outcome?: string;
   content?: unknown;
+  /**
+   * The backend's generation placeholders (`tool.requested`) and the durable files stored
+   * for them (`tool.settled`), kept as sent; `generationEntries()` reads them (R-236).
+   */
+  placeholders?: unknown;
+  files?: unknown;
+  /**
+   * The rich output the call showed on the chat canvas (`tool.settled` `canvas`), kept as
+   * sent, and whether a canvas was dropped (`canvas_dropped`); `callCanvas()` reads them
+   * (R-277, R-278).
+   */
+  canvas?: unknown;
+  canvasDropped?: boolean;
   requestedAt: string;
   settledAt?: string;
   seq: number;
@@ -273,6 +286,7 @@ function applyDurable(
           step: num(d, 'step'),
           capability: str(d, 'capability'),
           arguments: 'arguments' in d ? d.arguments : undefined,
+          ...('placeholders' in d ? { placeholders: d.placeholders } : {}),
           requestedAt: event.at,
           seq: event.seq
         };
@@ -302,6 +316,9 @@ function applyDurable(
           outcome: str(d, 'outcome', 'ok'),
           content: d.content,
           arguments: 'arguments' in d ? d.arguments : base.arguments,
+          ...('files' in d ? { files: d.files } : {}),
+          ...('canvas' in d ? { canvas: d.canvas } : {}),
+          ...(d.canvas_dropped === true ? { canvasDropped: true } : {}),
           settledAt: event.at
         };
         const tools =

@@ -3,7 +3,10 @@
 Every tool acts as the member (``ctx.member``) through ``ctx.services["artifacts"]`` (the
 versioned store); nothing here widens what the member could do on their own screen. Store
 refusals (a version conflict, a foreign or missing root, a validator, the reserved pair) are
-projected as definite "nothing was saved" errors (R-366); the turn goes on.
+projected as definite "nothing was saved" errors (R-366); the turn goes on. A streamed
+generation whose checkpoint or draft was fenced (taken over, stopped, interrupted, failed) is
+the exception: its draft was saved when the checkpoint opened, so its refusal keeps the
+store's own wording and never claims that nothing was saved (R-367).
 """
 
 from __future__ import annotations
@@ -15,9 +18,18 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import Field
 
 from kaizen_server_extension.errors import MemberError
-from kaizen_server_extension.store.artifact_checkpoints import CheckpointScope, UpdateCheckpoints
+from kaizen_server_extension.runtime.port import StoredFile
+from kaizen_server_extension.store.artifact_checkpoints import (
+    FENCED_CHECKPOINT_CODES,
+    CheckpointScope,
+    UpdateCheckpoints,
+)
 from kaizen_server_extension.store.artifact_content import MODEL_KINDS, is_reserved
-from kaizen_server_extension.store.artifact_drafts import DraftScope, DraftStore
+from kaizen_server_extension.store.artifact_drafts import (
+    FENCED_DRAFT_CODES,
+    DraftScope,
+    DraftStore,
+)
 from kaizen_server_extension.store.artifact_edit import (
     MAX_WINDOW_LINES,
     EditError,
@@ -83,13 +95,18 @@ def _where(ctx: ToolContext) -> WriteContext:
     return WriteContext(ctx.bundle.conversation_id, ctx.bundle.run_id)
 
 
+#: A fenced streamed generation's refusals: its draft was saved when its checkpoint opened.
+FENCED_GENERATION_CODES = FENCED_CHECKPOINT_CODES | FENCED_DRAFT_CODES
+
+
 async def _nothing_saved(call: Awaitable[T]) -> T:
-    """A refusal the store raised before committing: a definite, member-safe error."""
+    """A refusal the store raised before committing: a definite, member-safe error. A fenced
+    streamed generation keeps the store's wording, which says where its draft is (R-367)."""
     try:
         return await call
     except MemberError as exc:
         message = exc.message
-        if "nothing was" not in message.lower():
+        if exc.code not in FENCED_GENERATION_CODES and "nothing was" not in message.lower():
             message += " Nothing was saved."
         raise MemberSafeError(message, code=exc.code) from None
 
@@ -156,7 +173,8 @@ async def _may_edit(ctx: ResourceContext, arguments: Mapping[str, Any]) -> Resou
 # --- single-call writes ----------------------------------------------------------------------
 
 
-@tool(name="create_artifact", repeat_creates_object=True, **_WRITE)  # type: ignore[arg-type]
+@tool(name="create_artifact", repeat_creates_object=True,
+      withheld_arguments=("content",), **_WRITE)  # type: ignore[arg-type]
 async def create_artifact(ctx: ToolContext, title: Title, kind: Kind, content: Content,
                           language: Language = None) -> dict[str, Any]:
     """Create a new versioned artifact (markdown, html, svg, code, mermaid, react, json or a
@@ -173,7 +191,8 @@ async def create_artifact(ctx: ToolContext, title: Title, kind: Kind, content: C
     return _summary(record, "Created")
 
 
-@tool(name="update_artifact", authorize=_may_update, **_WRITE)  # type: ignore[arg-type]
+@tool(name="update_artifact", authorize=_may_update,
+      withheld_arguments=("content",), **_WRITE)  # type: ignore[arg-type]
 async def update_artifact(ctx: ToolContext, content: Content,
                           artifact_id: ArtifactId | None = None, title: Title | None = None,
                           language: Language = None,
@@ -242,7 +261,8 @@ async def read_artifact(ctx: ToolContext, artifact_id: ArtifactId,
             "more": end < total, "text": f"[artifact#{tag}]\n{rows}"}
 
 
-@tool(name="edit_artifact", authorize=_may_edit, **_WRITE)  # type: ignore[arg-type]
+@tool(name="edit_artifact", authorize=_may_edit,
+      withheld_arguments=("edits",), **_WRITE)  # type: ignore[arg-type]
 async def edit_artifact(ctx: ToolContext, artifact_id: ArtifactId,
                         version: Annotated[int, Field(ge=1, description="The version read.")],
                         tag: Annotated[str, Field(pattern=r"^[0-9A-Fa-f]{4}$",
@@ -316,7 +336,7 @@ async def begin_artifact(ctx: ToolContext, title: Title, kind: Kind,
     return cursor.public() | {"next": "append_artifact"}
 
 
-@tool(name="append_artifact", **_STAGED)  # type: ignore[arg-type]
+@tool(name="append_artifact", withheld_arguments=("chunk",), **_STAGED)  # type: ignore[arg-type]
 async def append_artifact(ctx: ToolContext, draft_id: DraftId, sequence: Sequence,
                           digest: Digest,
                           chunk: Annotated[str, Field(min_length=1,
@@ -352,15 +372,17 @@ async def discard_artifact(ctx: ToolContext, draft_id: DraftId) -> dict[str, Any
 
 
 async def persist_run_files(ctx: ToolContext, files: Iterable[Any],
-                            payload: dict[str, Any], *, failed: bool) -> None:
+                            payload: dict[str, Any], *, failed: bool) -> list[StoredFile]:
     """Store each file a run_code call produced as a version of the owner-scoped artifact
     keyed by (member, conversation, name), reusing the latest version when bytes and content
     type match (R-452). Files are kept even when the program failed. Each file is checked
     against its declared size and digest first (R-451); ``payload["files"]`` gains the
-    artifact id and version each file is stored under."""
+    artifact id and version each file is stored under. Returns the stored files, straight
+    from the store's records, for the journal's generation placeholders (R-236)."""
     store = ctx.services.get("artifacts")
     if not isinstance(store, ArtifactStore):
-        return
+        return []
+    stored: list[StoredFile] = []
     described: list[dict[str, Any]] = []
     refused: list[dict[str, Any]] = list(payload.get("refused_files", []))
     for item in files:
@@ -383,6 +405,9 @@ async def persist_run_files(ctx: ToolContext, files: Iterable[Any],
         else:
             entry |= {"saved": True, "artifact_id": record.artifact_id,
                       "version": record.version, "reused": reused}
+            stored.append(StoredFile(target=name, artifact_id=record.artifact_id,
+                                     version=record.version, filename=record.title,
+                                     media_type=record.mime))
         described.append(entry)
     payload["files"] = described
     if refused:
@@ -392,6 +417,7 @@ async def persist_run_files(ctx: ToolContext, files: Iterable[Any],
         payload["saved_files_note"] = (
             f"The program exited with an error, but it saved {', '.join(saved)}; the change "
             "may be incomplete. The member can already open these files.")
+    return stored
 
 
 TOOLS = (create_artifact, update_artifact, read_artifact, edit_artifact, begin_artifact,

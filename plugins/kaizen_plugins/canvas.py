@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import Field
 
-from kaizen_server_extension.tools import Capability, RoomClass, ToolContext, hookimpl, tool
+from kaizen_server_extension.tools import (
+    Capability,
+    RoomClass,
+    ToolContext,
+    TrustedBody,
+    hookimpl,
+    tool,
+)
+from kaizen_server_extension.tools.canvas import (
+    MAX_CANVAS_LABEL_CHARS,
+    MAX_CANVAS_MARKDOWN_CHARS,
+    ON_SCREEN,
+    markdown_item,
+)
 from kaizen_server_extension.tools.hookspecs import ToolRegistrar
 
-MAX_CANVAS_CHARS = 20_000
+MAX_CANVAS_CHARS = MAX_CANVAS_MARKDOWN_CHARS
 
 
 @tool(
@@ -26,23 +39,28 @@ async def show_chat_canvas(
         str,
         Field(min_length=1, max_length=MAX_CANVAS_CHARS, description="The Markdown to show."),
     ],
-    title: Annotated[str | None, Field(max_length=200, description="Optional heading.")] = None,
-) -> dict[str, Any]:
+    title: Annotated[str | None, Field(max_length=MAX_CANVAS_LABEL_CHARS,
+                                       description="Optional heading.")] = None,
+) -> TrustedBody:
     """Show Markdown on the chat canvas, inline in this conversation. Nothing is saved: to
     save, version, share or download content, use the artifact tools instead."""
-    # No Library row, no external action (R-230). Raw HTML in the Markdown is rendered as text
-    # by the panel's safe renderer, never executed; the payload says so explicitly.
-    return {
-        "presentation": {
-            "kind": "canvas",
-            "format": "markdown",
-            "title": title,
-            "markdown": markdown,
-            "html": "escape",
+    # No Library row, no external action (R-230). The Markdown leaves the payload for the
+    # canvas, which the panel renders through its safe renderer (raw HTML stays inert, never
+    # executed); the model keeps a marker saying it is on screen (R-277), which becomes
+    # "nothing was rendered" should the canvas be dropped (R-278).
+    return TrustedBody(
+        {
+            "presentation": {
+                "kind": "canvas",
+                "format": "markdown",
+                "title": title,
+                "html": "escape",
+                "shown": ON_SCREEN,
+            },
+            "persisted": False,
         },
-        "persisted": False,
-        "summary": "The canvas is shown on screen; refer to it rather than repeating it.",
-    }
+        canvas=[markdown_item(markdown, title)],
+    )
 
 
 @hookimpl

@@ -14,6 +14,7 @@ from kaizen_server_extension.resources import AdmittedResources, SharedResource
 from kaizen_server_extension.tools import (
     MemberSafeError,
     ToolContext,
+    TrustedBody,
     hookimpl,
     tool,
 )
@@ -47,8 +48,11 @@ async def run_code(ctx: ToolContext, **arguments: Any) -> dict[str, Any]:
     )
     payload: dict[str, Any] = result.to_payload()
     # Output files persist through the artifact store, even when the program failed.
-    await persist_run_files(ctx, result.files, payload, failed=result.failed)
-    return payload
+    stored = await persist_run_files(ctx, result.files, payload, failed=result.failed)
+    # The stored files also travel as trusted data, so the journal can morph each declared
+    # target's generation placeholder into its file, or drop it when there is none;
+    # so do the displayed images, shown on the chat canvas in place of their markers.
+    return TrustedBody(payload, stored, canvas=result.canvas())
 
 
 def _resource_grant(ctx: ToolContext) -> ResourceGrant | None:

@@ -1,8 +1,9 @@
 """inspect_library / manage_library: the member's own Library, exposed to an agent.
 
 Discovery is identity only; organizing only files into a collection or links into a project,
-through the same store methods a member's own click uses. Every id is a selector, re-resolved
-under the caller inside the write.
+through the same store methods a member's own click uses (``api/library.py``). Every id is a
+selector, re-resolved under the caller inside the write. Both tools declare the Library
+surface, so ``KAIZEN_LIBRARY_ENABLED=0`` withholds them from the registry (R-140).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pydantic import Field
 from sqlalchemy import select
 
 from kaizen_server_extension.errors import MemberError
+from kaizen_server_extension.settings import LIBRARY_SURFACE
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.artifacts import ArtifactStore
 from kaizen_server_extension.store.library import LibraryStore
@@ -42,7 +44,7 @@ def _library(ctx: ToolContext) -> LibraryStore:
 
 
 @tool(name="inspect_library", capability=Capability.READ,
-      room_class=RoomClass.ACTOR_BOUND_READ, surface="library", timeout_s=15)
+      room_class=RoomClass.ACTOR_BOUND_READ, surface=LIBRARY_SURFACE, timeout_s=15)
 async def inspect_library(ctx: ToolContext,
                           surface: Literal["artifacts", "collections", "projects"],
                           ) -> dict[str, Any]:
@@ -74,7 +76,7 @@ async def _owns_destination(ctx: ResourceContext,
 
 @tool(name="manage_library", capability=Capability.WRITE,
       room_class=RoomClass.ACTOR_BOUND_WRITE, write_category=WriteCategory.MEMBER_STORE,
-      surface="library", timeout_s=15, authorize=_owns_destination)
+      surface=LIBRARY_SURFACE, timeout_s=15, authorize=_owns_destination)
 async def manage_library(ctx: ToolContext,
                          action: Literal["file_into_collection", "link_into_project"],
                          destination_id: Id, item_id: Id,

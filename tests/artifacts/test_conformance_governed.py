@@ -317,8 +317,9 @@ def test_no_iframe_renderer_or_html_sink_ships_in_the_panel(server: ServerProces
 
 
 # --- result_ref: validated and preserved, never resolved (backend half of R-113) -----------
-# Not cited here: R-113 also requires the browser to show the text_fallback; that half is
-# exercised in tests/e2e/test_panel.py::test_panel_artifacts_pane. The backend half is here.
+# The browser half (the pane labels the reference, shows the text_fallback and fetches
+# nothing) runs in Chromium in tests/e2e/test_panel.py::test_panel_artifacts_pane, which cites
+# R-113 too, and in labextension/test/artifacts.test.ts.
 
 REF_ENVELOPE: dict[str, Any] = {
     "version": 2, "renderer": "table", "title": "Remote rows", "text_fallback": "12 rows",
@@ -327,6 +328,7 @@ REF_ENVELOPE: dict[str, Any] = {
 }
 
 
+@pytest.mark.rule("R-113")
 @pytest.mark.parametrize("ref", [
     {"id": "https://cluster.example/results/7", "sha256": "ab" * 32},  # a fetchable URL
     {"id": "jobs:j-7", "sha256": "not-a-digest"},
@@ -341,6 +343,7 @@ def test_a_result_ref_that_is_not_an_opaque_digest_bound_id_is_refused(ref: obje
         validate_envelope(REF_ENVELOPE | {"result": {"rows": []}})
 
 
+@pytest.mark.rule("R-113")
 def test_a_result_ref_is_preserved_exactly_and_nothing_resolves_it(
         server: ServerProcess) -> None:
     with server.client("alice") as alice:

@@ -252,7 +252,7 @@ def artifacts_lab_server(node: str, tmp_path: Path) -> Iterator[tuple[ServerProc
         fake.close()
 
 
-@pytest.mark.rule("R-121")
+@pytest.mark.rule("R-121", "R-113")
 @pytest.mark.timeout(300)
 def test_panel_artifacts_pane(node: str, artifacts_lab_server: tuple[ServerProcess, FakeOpenAI],
                               tmp_path: Path) -> None:

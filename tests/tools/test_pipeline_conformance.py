@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,10 +26,12 @@ from kaizen_server_extension.runtime.port import (
     AuthorityRejected,
     Capability,
     ToolCallRequest,
+    ToolCallResult,
     ToolOutcome,
 )
 from kaizen_server_extension.store import Store, models
 from kaizen_server_extension.store.policy import StoreAuthority, StorePermissions
+from kaizen_server_extension.tools import pipeline as pipeline_module
 from kaizen_server_extension.tools.catalog import TOOL_SEARCH_NAME
 from kaizen_server_extension.tools.metrics import ToolMetrics
 from kaizen_server_extension.tools.pipeline import OPERATOR_DETAIL_BYTES, ToolPipeline
@@ -41,6 +44,7 @@ from tests.policy.fakes import (
     BUNDLE,
     Approvals,
     Audit,
+    Harness,
     Permissions,
     Roster,
     harness,
@@ -316,6 +320,104 @@ async def test_the_operator_warning_is_redacted_bounded_and_carries_the_referenc
     assert SECRET_KEY not in line and SECRET_KEY not in caplog.text
     detail = line.split(": ", 1)[1]
     assert len(detail.encode("utf-8")) <= OPERATOR_DETAIL_BYTES
+
+
+
+# --- R-362..R-364: a call that may have an effect and times out ----------------------------
+
+
+async def _hang(arguments: Mapping[str, Any]) -> object:
+    await asyncio.sleep(3600)
+    return "never"
+
+
+async def _timed_out_with_approval(h: Harness, name: str) -> ToolCallResult:
+    """Call ``name``, approving it first when the gate asks (a sensitive or undeclared tool
+    confirms even under never_ask)."""
+    try:
+        return await h.call(name)
+    except ApprovalPending as pending:
+        assert h.approvals is not None
+        h.approvals.decide(pending.approval_id, ApprovalStatus.APPROVED)
+        return await h.call(name)
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.rule("R-362", "R-364")
+@pytest.mark.parametrize("kind", [MEMBER_STORE, EXTERNAL,
+                                  dict(capability=Capability.SENSITIVE),
+                                  dict(capability=Capability.UNDECLARED)],
+                         ids=["member_store_write", "external_write", "sensitive", "undeclared"])
+async def test_a_timed_out_call_that_may_have_an_effect_carries_one_reference_everywhere(
+    caplog: pytest.LogCaptureFixture, kind: dict[str, Any],
+) -> None:
+    h = harness(make_tool("save_report", _hang, timeout_s=0.05, **kind),
+                mode=ApprovalMode.NEVER_ASK)
+    with caplog.at_level(logging.DEBUG):
+        result = await _timed_out_with_approval(h, "save_report")
+    assert result.outcome is ToolOutcome.TIMEOUT and result.closes_turn
+    assert result.close_reason == "ambiguous_write"
+    found = re.search(r"\(reference ([0-9a-f]{12})\), and whether its change was applied is "
+                      r"unknown\.", result.content)
+    assert found, result.content
+    reference = found.group(1)
+    # The same reference ends the member's answer (via the result), the audit row and the one
+    # operator WARNING; the content-free failed-result line is not written beside it.
+    assert result.reference == reference
+    [(_, outcome, raw)] = [e for e in h.audit.entries if e[1] is ToolOutcome.TIMEOUT]
+    assert outcome is ToolOutcome.TIMEOUT
+    assert isinstance(raw, dict) and raw["reference"] == reference
+    assert raw["error"] == result.content and raw["timeout_s"] == 0.05
+    [warning] = _warnings(caplog)
+    assert warning.name == "kaizen.tools.pipeline"
+    line = warning.getMessage()
+    assert f"reference {reference}" in line and "save_report" in line
+    assert "timed out after 0.05s" in line and "stopped on cancellation" in line
+
+
+@pytest.mark.rule("R-362")
+async def test_a_timed_out_write_that_will_not_stop_still_logs_one_warning(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(pipeline_module, "CANCEL_GRACE_S", 0.1)
+    finished = asyncio.Event()
+
+    async def stubborn(arguments: Mapping[str, Any]) -> object:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.4)  # ignores the cancellation for longer than the grace
+            finished.set()
+        return "late"
+
+    h = harness(make_tool("save_report", stubborn, timeout_s=0.05, **MEMBER_STORE),
+                mode=ApprovalMode.NEVER_ASK)
+    with caplog.at_level(logging.DEBUG):
+        result = await h.call("save_report")
+    [warning] = _warnings(caplog)
+    assert result.reference and f"reference {result.reference}" in warning.getMessage()
+    assert "did not stop within 0.1s of cancellation" in warning.getMessage()
+    await finished.wait()
+
+
+@pytest.mark.rule("R-294", "R-364")
+async def test_a_timed_out_read_keeps_its_plain_report_without_a_reference(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    h = harness(make_tool("search", _hang, timeout_s=0.05))
+    with caplog.at_level(logging.DEBUG):
+        result = await h.call("search")
+    assert result.outcome is ToolOutcome.TIMEOUT and not result.closes_turn
+    assert result.content == "search did not finish within 0.05 seconds and was stopped."
+    assert result.reference is None and not result.may_have_effect
+    assert h.audit.entries == [("search", ToolOutcome.TIMEOUT, None)]
+    # A read cannot have changed anything: only the content-free failed-result line.
+    [warning] = _warnings(caplog)
+    assert warning.name == "kaizen.tools.failures" and "reference" not in warning.getMessage()
+    assert "outcome=timeout" in warning.getMessage()
 
 
 @pytest.mark.rule("R-368")

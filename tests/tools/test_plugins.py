@@ -15,6 +15,7 @@ from kaizen_plugins.roster import list_available_agents
 
 from kaizen_server_extension.runtime.port import AuthorityBundle
 from kaizen_server_extension.tools import MemberSafeError, RoomClass, ToolRegistry
+from kaizen_server_extension.tools.canvas import ON_SCREEN, markdown_item
 from kaizen_server_extension.tools.catalog import freeze_catalog, project
 from kaizen_server_extension.tools.schema import InvalidArguments, validate_arguments
 
@@ -86,8 +87,10 @@ async def test_canvas_is_bounded_markdown_with_no_persistence_or_services():
     args = validate_arguments(d, json.dumps({"markdown": text, "title": "T"}))
     result = await show_chat_canvas.impl(Ctx(services={}), **args)  # needs no backend service
     assert result["persisted"] is False
+    # The Markdown travels on the trusted canvas; the payload says it is on screen.
     assert result["presentation"] == {"kind": "canvas", "format": "markdown", "title": "T",
-                                      "markdown": text, "html": "escape"}
+                                      "html": "escape", "shown": ON_SCREEN}
+    assert result.canvas == (markdown_item(text, "T"),)
     with pytest.raises(InvalidArguments, match="longer than 20000"):
         validate_arguments(d, json.dumps({"markdown": "x" * (MAX_CANVAS_CHARS + 1)}))
     with pytest.raises(InvalidArguments):

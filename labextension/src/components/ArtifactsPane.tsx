@@ -1,25 +1,37 @@
 /**
- * The artifacts pane of a conversation: the list (title, kind, owner, version), and the
+ * The artifacts pane of a conversation: the files run_code calls are generating (placeholders
+ * that become their durable files, R-236), the list (title, kind, owner, version), and the
  * selected artifact with a version picker, its preview and a Download button.
  */
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
-import React, { useSyncExternalStore } from 'react';
+import React, { useMemo, useSyncExternalStore } from 'react';
 
 import { formatSize, IArtifact, kindLabel } from '../artifacts';
-import { ArtifactsModel, SaveFile } from '../artifactsModel';
+import {
+  ArtifactsModel,
+  GenerationEntry,
+  generationEntries,
+  SaveFile,
+  visibleGeneration
+} from '../artifactsModel';
+import { IConversationState } from '../journal';
 import { ArtifactPreview } from './ArtifactPreview';
 
 export interface IArtifactsPaneProps {
   model: ArtifactsModel;
+  /** The conversation's journal state: its generation placeholders come from it. */
+  journal: IConversationState;
   rendermime: IRenderMimeRegistry;
   me: string | null;
 }
 
-export function ArtifactsPane({ model, rendermime, me }: IArtifactsPaneProps): JSX.Element {
+export function ArtifactsPane({ model, journal, rendermime, me }: IArtifactsPaneProps): JSX.Element {
   const state = useSyncExternalStore(model.subscribe, model.getSnapshot);
   const { list, selectedId, view } = state;
   const artifacts = list.phase === 'ready' ? list.value : [];
   const shown = view?.phase === 'ready' ? view.value : null;
+  const entries = useMemo(() => generationEntries(journal), [journal]);
+  const generation = useMemo(() => visibleGeneration(entries, artifacts), [entries, artifacts]);
 
   return (
     <div className="jp-Kaizen-artifacts">
@@ -39,7 +51,27 @@ export function ArtifactsPane({ model, rendermime, me }: IArtifactsPaneProps): J
           {list.message}
         </p>
       )}
-      {list.phase === 'ready' && !artifacts.length && (
+      {generation.length > 0 && (
+        <ul className="jp-Kaizen-artifactList jp-Kaizen-generationList" aria-label="Generated files">
+          {generation.map(entry => (
+            <li key={entry.key}>
+              <GenerationItem
+                entry={entry}
+                downloading={state.downloading}
+                onDownload={(artifactId, version) =>
+                  void model.downloadVersion(artifactId, version, saveFile)
+                }
+              />
+            </li>
+          ))}
+        </ul>
+      )}
+      {generation.length > 0 && !shown && state.message && (
+        <p className="jp-Kaizen-error" role="alert">
+          {state.message}
+        </p>
+      )}
+      {list.phase === 'ready' && !artifacts.length && !generation.length && (
         <p className="jp-Kaizen-empty">No artifacts in this conversation yet.</p>
       )}
       {artifacts.length > 0 && (
@@ -128,6 +160,56 @@ export function ArtifactsPane({ model, rendermime, me }: IArtifactsPaneProps): J
           )}
         </section>
       )}
+    </div>
+  );
+}
+
+/**
+ * One declared file of a run_code call: while the call runs, a placeholder with no way to
+ * download it; once stored, that exact version with a Download button.
+ */
+function GenerationItem({
+  entry,
+  downloading,
+  onDownload
+}: {
+  entry: GenerationEntry;
+  downloading: boolean;
+  onDownload: (artifactId: string, version: number) => void;
+}): JSX.Element {
+  if (entry.state === 'generating') {
+    return (
+      <div
+        className="jp-Kaizen-artifactItem jp-Kaizen-generating"
+        role="status"
+        aria-busy="true"
+        data-generation-target={entry.target}
+      >
+        <span className="jp-Kaizen-artifactItemTitle">Generating {entry.target}…</span>
+        <span className="jp-Kaizen-artifactItemMeta">Not ready to download yet</span>
+      </div>
+    );
+  }
+  return (
+    <div
+      className="jp-Kaizen-artifactItem jp-Kaizen-generated"
+      data-generation-target={entry.target}
+      data-artifact-id={entry.artifactId}
+      data-version={entry.version}
+    >
+      <span className="jp-Kaizen-artifactItemTitle">{entry.filename}</span>
+      <span className="jp-Kaizen-artifactItemMeta">
+        {entry.mediaType ? `${entry.mediaType} · ` : ''}v{entry.version} · ready
+      </span>
+      <button
+        type="button"
+        className="jp-Kaizen-download"
+        disabled={downloading}
+        aria-label={`Download ${entry.filename}`}
+        onClick={() => onDownload(entry.artifactId, entry.version)}
+      >
+        Download
+      </button>
     </div>
   );
 }

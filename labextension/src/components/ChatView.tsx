@@ -156,7 +156,7 @@ export function ChatView(props: IChatViewProps): JSX.Element {
         aria-labelledby={`kaizen-tab-artifacts-${conversation.id}`}
         hidden={tab !== 'artifacts'}
       >
-        <ArtifactsPane model={artifacts} rendermime={rendermime} me={me} />
+        <ArtifactsPane model={artifacts} journal={journal} rendermime={rendermime} me={me} />
       </div>
       <div
         className="jp-Kaizen-transcript"

@@ -63,7 +63,7 @@ export const RunView = React.memo(function RunView(props: IRunProps): JSX.Elemen
       aria-busy={running ? 'true' : 'false'}
     >
       <InputBubble run={run} me={me} />
-      <ToolTimeline tools={run.tools} running={running} />
+      <ToolTimeline tools={run.tools} running={running} rendermime={rendermime} />
       {run.approvals.map(approval => (
         <ApprovalCard
           key={approval.approvalId}

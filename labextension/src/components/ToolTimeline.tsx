@@ -1,11 +1,14 @@
 /**
  * The tool activity of one run: one row per call with name, capability, duration and an
  * outcome badge; a running call shows a spinner and its elapsed time. Arguments and result
- * expand (`<details>`: keyboard operable by itself) and are bounded.
+ * expand (`<details>`: keyboard operable by itself) and are bounded. What a call showed on the
+ * chat canvas stays visible under its row.
  */
+import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import React from 'react';
 
 import { boundedText, durationMs, formatDuration, IToolCallView } from '../journal';
+import { ChatCanvas } from './ChatCanvas';
 import { Elapsed, Spinner } from './Elapsed';
 
 const OUTCOME_LABELS: Record<string, string> = {
@@ -19,10 +22,12 @@ const OUTCOME_LABELS: Record<string, string> = {
 
 export function ToolTimeline({
   tools,
-  running
+  running,
+  rendermime
 }: {
   tools: IToolCallView[];
   running: boolean;
+  rendermime: IRenderMimeRegistry;
 }): JSX.Element | null {
   if (!tools.length) {
     return null;
@@ -30,13 +35,21 @@ export function ToolTimeline({
   return (
     <ol className="jp-Kaizen-tools" aria-label="Tool calls">
       {tools.map(call => (
-        <ToolCall key={call.callId} call={call} running={running} />
+        <ToolCall key={call.callId} call={call} running={running} rendermime={rendermime} />
       ))}
     </ol>
   );
 }
 
-function ToolCall({ call, running }: { call: IToolCallView; running: boolean }): JSX.Element {
+function ToolCall({
+  call,
+  running,
+  rendermime
+}: {
+  call: IToolCallView;
+  running: boolean;
+  rendermime: IRenderMimeRegistry;
+}): JSX.Element {
   const settled = call.outcome !== undefined;
   const duration = settled ? durationMs(call.requestedAt, call.settledAt) : null;
   const args = boundedText(call.arguments, 2000);
@@ -95,6 +108,7 @@ function ToolCall({ call, running }: { call: IToolCallView; running: boolean }):
           )}
         </div>
       </details>
+      <ChatCanvas call={call} rendermime={rendermime} />
     </li>
   );
 }
