@@ -34,7 +34,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Generator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import asyncpg
 from sqlalchemy.engine import Dialect
@@ -161,12 +161,34 @@ class DirectRunner(ABC):
         raise ValueError(f"no unit runner for {engine.dialect.name}+{engine.dialect.driver}")
 
 
-def _step(unit: Unit[T], reply: Rows | None) -> tuple[Step | None, T | None]:
-    """Advance ``unit``: (its next step, None) or (None, its result)."""
-    try:
-        return unit.send(reply), None
-    except StopIteration as stop:
-        return None, stop.value
+class _Stepping(Generic[T]):
+    """Steps one unit for a driver: hands out its statements one at a time, collects the
+    journal events it appended, and keeps its result once it returns."""
+
+    def __init__(self, unit: Unit[T]) -> None:
+        self._unit = unit
+        self.appended: list[EventRecord] = []
+        self.result: T | None = None
+
+    def next_query(self, reply: Rows | None = None) -> Query | None:
+        """The next statement to run, given the rows of the previous one; None when the
+        unit has returned (its value is then ``result``)."""
+        while True:
+            try:
+                step = self._unit.send(reply)
+            except StopIteration as stop:
+                self.result = stop.value
+                return None
+            if isinstance(step, Query):
+                return step
+            self.appended.append(step.record)
+            reply = None
+
+    def outcome(self) -> tuple[T, list[EventRecord]]:
+        return self.result, self.appended  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self._unit.close()
 
 
 class SQLiteRunner(DirectRunner):
@@ -272,28 +294,22 @@ class SQLiteRunner(DirectRunner):
         return self._run_begun(db, unit)
 
     def _run_begun(self, db: sqlite3.Connection, unit: Unit[T]) -> tuple[T, list[EventRecord]]:
-        appended: list[EventRecord] = []
         self.counts.transactions += 1
+        stepping = _Stepping(unit)
         try:
-            reply: Rows | None = None
-            while True:
-                step, result = _step(unit, reply)
-                if step is None:
-                    break
-                if isinstance(step, Appended):
-                    appended.append(step.record)
-                    reply = None
-                    continue
-                statement = self.statement_for(step.clause)
-                reply = db.execute(statement.sql, statement.arguments(step.params)).fetchall()
+            query = stepping.next_query()
+            while query is not None:
+                statement = self.statement_for(query.clause)
+                query = stepping.next_query(
+                    db.execute(statement.sql, statement.arguments(query.params)).fetchall())
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
         finally:
-            unit.close()
-        return result, appended  # type: ignore[return-value]
+            stepping.close()
+        return stepping.outcome()
 
     def _count_for_checkpoint(self) -> None:
         self._since_checkpoint += 1
@@ -390,21 +406,14 @@ class PostgresRunner(DirectRunner):
 
     async def _run_begun(self, connection: AsyncConnection, pg: Any,
                          unit: Unit[T]) -> tuple[T, list[EventRecord]]:
-        appended: list[EventRecord] = []
         self.counts.transactions += 1
+        stepping = _Stepping(unit)
         try:
-            reply: Rows | None = None
-            while True:
-                step, result = _step(unit, reply)
-                if step is None:
-                    break
-                if isinstance(step, Appended):
-                    appended.append(step.record)
-                    reply = None
-                    continue
-                statement = self.statement_for(step.clause)
-                rows = await pg.fetch(statement.sql, *statement.arguments(step.params))
-                reply = [tuple(row) for row in rows]
+            query = stepping.next_query()
+            while query is not None:
+                statement = self.statement_for(query.clause)
+                rows = await pg.fetch(statement.sql, *statement.arguments(query.params))
+                query = stepping.next_query([tuple(row) for row in rows])
             await pg.execute("COMMIT")
         except BaseException:
             try:
@@ -414,8 +423,8 @@ class PostgresRunner(DirectRunner):
                 await connection.invalidate()
             raise
         finally:
-            unit.close()
-        return result, appended  # type: ignore[return-value]
+            stepping.close()
+        return stepping.outcome()
 
     async def dispose(self) -> None:
         if self._engine is not None:
@@ -425,18 +434,13 @@ class PostgresRunner(DirectRunner):
 
 async def run_in_session(session: Any, unit: Unit[T]) -> tuple[T, list[EventRecord]]:
     """Run ``unit`` statement by statement inside the session's open transaction."""
-    appended: list[EventRecord] = []
-    reply: Rows | None = None
+    stepping = _Stepping(unit)
     try:
-        while True:
-            step, result = _step(unit, reply)
-            if step is None:
-                return result, appended  # type: ignore[return-value]
-            if isinstance(step, Appended):
-                appended.append(step.record)
-                reply = None
-                continue
-            executed = await session.execute(step.clause, dict(step.params))
-            reply = [tuple(row) for row in executed.all()] if executed.returns_rows else []
+        query = stepping.next_query()
+        while query is not None:
+            executed = await session.execute(query.clause, dict(query.params))
+            query = stepping.next_query(
+                [tuple(row) for row in executed.all()] if executed.returns_rows else [])
     finally:
-        unit.close()
+        stepping.close()
+    return stepping.outcome()

@@ -5,7 +5,6 @@ before the approval request can be seen or decided."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 
 from kaizen_server_extension.store.engine import sqlite_url_for
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
-from tests.lanes.test_turns import _events, _room, _send, _settled
+from tests.lanes.test_turns import _events, _pending_approval, _room, _send, _settled
 from tests.support.server import ServerProcess, start_server
 
 
@@ -58,17 +57,6 @@ def _run_code_output(client: httpx.Client, room: str, text: str) -> str:
     return str(settled[0]["data"]["content"])
 
 
-def _pending(client: httpx.Client, run_id: str) -> dict[str, object]:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        pending = [a for a in client.get("approvals", params={"status": "pending"}).json()
-                   if a["run_id"] == run_id]
-        if pending:
-            return dict(pending[0])
-        time.sleep(0.05)
-    raise AssertionError("no approval was requested")
-
-
 @pytest.mark.rule("R-239")
 def test_the_sandbox_lease_is_released_before_an_approval_becomes_visible(
         kernel_server: ServerProcess) -> None:
@@ -86,7 +74,7 @@ def test_the_sandbox_lease_is_released_before_an_approval_becomes_visible(
         assert alice.put("members/me/settings",
                          json={"approval_mode": "always_ask"}).status_code == 200
         accepted = _send(alice, room, "save a summary please")
-        approval = _pending(alice, accepted["run_id"])
+        approval = _pending_approval(alice, accepted["run_id"])
         assert approval["tool"] == "create_artifact"
         assert alice.put("members/me/settings",
                          json={"approval_mode": "never_ask"}).status_code == 200

@@ -35,6 +35,19 @@ def _settled(client: httpx.Client, run_id: str, timeout: float = 30) -> dict[str
     raise AssertionError(f"run {run_id} did not settle: {run}")
 
 
+def _pending_approval(client: httpx.Client, run_id: str,
+                      timeout: float = 60) -> dict[str, Any]:
+    """The run's first pending approval request, once it is visible."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pending = [a for a in client.get("approvals", params={"status": "pending"}).json()
+                   if a["run_id"] == run_id]
+        if pending:
+            return dict(pending[0])
+        time.sleep(0.05)
+    raise AssertionError(f"run {run_id} requested no approval")
+
+
 def _events(client: httpx.Client, room: str, run_id: str | None = None) -> list[dict[str, Any]]:
     events = client.get(f"conversations/{room}/journal", params={"limit": 1000}).json()["events"]
     return [e for e in events if run_id is None or e["run_id"] == run_id]

@@ -5,21 +5,18 @@ their size; the approved call still writes the whole content."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from kaizen_server_extension.lanes.host import shown_arguments
 from kaizen_server_extension.policy.redaction import withhold
-from kaizen_server_extension.store.engine import sqlite_url_for
-from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from kaizen_server_extension.tools import Capability, ToolContext, tool
 from kaizen_server_extension.tools.decorators import ToolDeclarationError
-from tests.lanes.test_turns import _events, _room, _send, _settled
-from tests.support.server import ServerProcess, start_server
+from tests.conftest import BACKENDS, scripted_server
+from tests.lanes.test_turns import _events, _pending_approval, _room, _send, _settled
+from tests.support.server import ServerProcess
 
 SECRET = "R225-fragment-that-must-stay-in-the-backend"
 CONTENT = f"# Plan\n\n{SECRET}\n"
@@ -32,27 +29,12 @@ SCRIPTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    root: Path = tmp_path_factory.mktemp("withheld-server")
-    with FakeOpenAI(SCRIPTS) as fake:
-        process = start_server(root, sqlite_url_for(root / "kaizen.db"), extra_env={
-            "KAIZEN_MODEL_BASE_URL": fake.base_url, "KAIZEN_MODEL": "fake"})
-        try:
-            yield process
-        finally:
-            process.stop()
-
-
-def _pending(client: httpx.Client, run_id: str) -> dict[str, object]:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        pending = [a for a in client.get("approvals", params={"status": "pending"}).json()
-                   if a["run_id"] == run_id]
-        if pending:
-            return dict(pending[0])
-        time.sleep(0.05)
-    raise AssertionError("no approval was requested")
+@pytest.fixture(scope="module", params=BACKENDS)
+def server(request: pytest.FixtureRequest,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root: Path = tmp_path_factory.mktemp(f"withheld-{request.param}")
+    with scripted_server(str(request.param), root, SCRIPTS) as process:
+        yield process
 
 
 @pytest.mark.rule("R-225", "R-224")
@@ -63,7 +45,7 @@ def test_artifact_content_never_reaches_an_observer_and_the_approved_call_writes
                          json={"approval_mode": "always_ask"}).status_code == 200
         room = _room(alice)
         accepted = _send(alice, room, "save the plan")
-        approval = _pending(alice, accepted["run_id"])
+        approval = _pending_approval(alice, accepted["run_id"])
 
         # While the decision is open: the request and the journal show the content's size only.
         assert approval["tool"] == "create_artifact"
