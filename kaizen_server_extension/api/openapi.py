@@ -116,7 +116,8 @@ def openapi_document(*, library: bool = True) -> dict[str, Any]:
                                  "at": {"type": "string", "format": "date-time"},
                                  "data": {"type": "object", "description": (
                                      "Depends on type: ToolRequestedData for "
-                                     "tool.requested, ToolSettledData for tool.settled.")}}},
+                                     "tool.requested, ToolSettledData for tool.settled, "
+                                     "ProtocolFailedData for protocol.failed.")}}},
         # The data of two event types, documented for clients that read them (R-236).
         "ToolRequestedData": {
             "type": "object", "required": ["step", "call_id", "name"],
@@ -153,6 +154,15 @@ def openapi_document(*, library: bool = True) -> dict[str, Any]:
                 "content": {"type": "string",
                             "description": "The bounded, redacted projection the model got."},
                 "closes_turn": {"type": "boolean"},
+                "denied": {
+                    "enum": ["staged_protocol_unavailable"],
+                    "description": "Present when the call was refused before anything ran "
+                                   "because its protocol was not callable on that step: "
+                                   "staged_protocol_unavailable is a staged artifact "
+                                   "operation (begin/append/finalize/discard_artifact) the "
+                                   "step was not offered (R-252). The outcome is error and "
+                                   "closes_turn is true; the run's protocol.failed and "
+                                   "run.terminal carry the same reason."},
                 "files": {
                     "type": "array", "items": _ref("StoredFile"),
                     "description": "run_code (and any call that stored files): the durable "
@@ -179,6 +189,24 @@ def openapi_document(*, library: bool = True) -> dict[str, Any]:
                                    "on-screen marker in content was replaced with 'nothing "
                                    "was rendered; do not describe rows or images you were "
                                    "not given' (R-277, R-278)."}}},
+        "ProtocolFailedData": {
+            "type": "object",
+            "required": ["step", "protocol", "reason", "call_id", "name", "calls_not_run"],
+            "description": "data of a protocol.failed event: journaled at most once per run, "
+                           "when a model step asked for a staged artifact operation it was "
+                           "not offered. The offending call is settled denied, none of the "
+                           "step's other calls runs, and the run ends failed with the same "
+                           "reason (R-252). An open draft is left as it was.",
+            "properties": {
+                "step": {"type": "integer"},
+                "protocol": {"const": "staged_artifact"},
+                "reason": {"enum": ["staged_protocol_unavailable"]},
+                "call_id": {"type": "string",
+                            "description": "The denied call (its tool.settled has denied)."},
+                "name": {"type": "string"},
+                "calls_not_run": {"type": "integer", "minimum": 0,
+                                  "description": "The step's other calls, none of which was "
+                                                 "requested."}}},
         "CanvasItem": {
             "type": "object", "required": ["kind"],
             "description": "One item of a tool call's chat canvas: Markdown (rendered as "

@@ -180,6 +180,9 @@ class RunHost:
             "failure_domain": result.failure_domain.value, "content": result.content,
             "closes_turn": result.closes_turn,
         }
+        if result.denied is not None:
+            # The typed reason a protocol operation was refused before it ran.
+            settled["denied"] = result.denied.value
         if result.files or request.name == GENERATING_TOOL:
             # What the call's placeholders become; a declared target without an entry was not
             # produced, and its placeholder goes.

@@ -22,7 +22,9 @@ The controller publishes these trace events (``TraceEvent.data`` keys in bracket
   ``HostPort.call_tool``; ``arguments`` is the raw text, which the backend redacts and bounds
   before anything stores or shows it;
 * ``answer.committed`` [step, text, model, usage{prompt_tokens, completion_tokens,
-  total_tokens, cost}] — just before the terminal publication.
+  total_tokens, cost}] — just before the terminal publication;
+* ``protocol.failed`` [step, protocol, reason, call_id, name, calls_not_run] — once, when a
+  step asked for a staged operation it was not offered (below), just before the terminal.
 
 The backend owns everything consequential: ``tool.settled`` (it alone knows the outcome,
 duration and capability and writes the audit row), approvals, the duplicate-write and
@@ -45,6 +47,18 @@ pieces leaves the general budget to the rest of the turn. A round that mixes in 
 tool is a general round, and a staged round once the allowance is spent draws from the
 general budget, so the two together still cap the turn. The draft's byte, sequence, owner and
 fence checks are the backend's and apply to every call whichever budget paid for its round.
+
+Unoffered staged operations (R-252): a step can ask for a staged operation that its own
+advertisement did not offer — the agent has no staged writer, the step was narrowed to a
+required tool, or it is the tool-less synthesis step (a stale captured step still writing its
+draft). The step is then not run at all: its first such call goes to the backend marked
+``refused`` (``ToolCallRequest.refused``), which journals it ``tool.requested`` and
+``tool.settled`` denied with the typed reason ``staged_protocol_unavailable`` and runs
+nothing; the controller publishes one ``protocol.failed`` and ends the turn ``failed`` with
+that reason. It neither asks the model again nor goes to synthesis: the spec stops the attempt
+rather than drive a repeated model-call loop, and an open draft stays as it is for a later
+fenced turn. A name outside the staged protocol keeps the ordinary paths (the pipeline's
+ceiling denial, or being held on a required-tool step).
 
 Resuming: a recovery hands a :class:`ResumePoint` rebuilt from the journal (R-054). The
 controller starts from it — committed tool rounds in the transcript, step numbers, rounds and
@@ -70,11 +84,14 @@ from kaizen_server_extension.runtime.context import Transcript
 from kaizen_server_extension.runtime.correction import CorrectionMatcher
 from kaizen_server_extension.runtime.fallback import fallback_message
 from kaizen_server_extension.runtime.port import (
+    STAGED_PROTOCOL_GROUP,
+    STAGED_PROTOCOL_OPERATIONS,
     AdvertisedTool,
     AuthorityRejected,
     CorrectionRule,
     HostPort,
     ModelStepError,
+    ProtocolFailure,
     ResumePoint,
     RunCancelled,
     RunManifest,
@@ -277,6 +294,7 @@ class TurnController:
             if sample.corrected_by is not None:
                 await self._correct(sample.step, sample.corrected_by)
                 continue
+            await self._stop_on_unoffered_staged(sample, tools)
             if required is not None and all(c.name != required for c in sample.calls):
                 self._hold_for_required(sample.calls, required)
                 continue
@@ -325,8 +343,10 @@ class TurnController:
             if sample.text.strip():
                 return await self._commit(sample)
             if sample.calls:
-                # Tool activity without a final answer is non-delivery (R-257); no tool was
-                # advertised, so nothing is dispatched.
+                # No tool was offered here, so a staged call is a stale step still writing a
+                # draft (R-252); anything else is tool activity without a final answer, which
+                # is non-delivery (R-257). Either way nothing is dispatched.
+                await self._stop_on_unoffered_staged(sample, ())
                 return self._failed("non_delivery")
             if evidence:
                 return self._failed("empty_response")
@@ -347,6 +367,41 @@ class TurnController:
             {"step": step, "rule_id": rule.id, "attempt": self._corrections},
         )
         self._transcript.add_instruction(rule.reminder)
+
+    async def _stop_on_unoffered_staged(
+        self, sample: _Sample, offered: Sequence[AdvertisedTool]
+    ) -> None:
+        """Stop the attempt when the step asked for a staged operation that ``offered`` (what
+        this step advertised) did not include (R-252).
+
+        Only the first such call is sent, marked ``refused``, for the backend to journal as
+        denied with the typed reason; no other call of the step is requested, and exactly one
+        ``protocol.failed`` is published however many staged calls the step held. The turn
+        then ends: asking again would only repeat the stale step."""
+        names = {t.name for t in offered}
+        stale = next((c for c in sample.calls
+                      if c.name in STAGED_PROTOCOL_OPERATIONS and c.name not in names), None)
+        if stale is None:
+            return
+        reason = ProtocolFailure.STAGED_PROTOCOL_UNAVAILABLE
+        await self._publish(
+            "tool.requested", {"step": sample.step, "call_id": stale.call_id,
+                               "name": stale.name, "arguments": stale.arguments}
+        )
+        result = await self._port.call_tool(
+            self._bundle,
+            ToolCallRequest(stale.call_id, stale.name, stale.arguments, sample.step,
+                            refused=reason),
+        )
+        self._touch()
+        self._results.append(result)
+        await self._publish(
+            "protocol.failed",
+            {"step": sample.step, "protocol": STAGED_PROTOCOL_GROUP, "reason": reason.value,
+             "call_id": stale.call_id, "name": stale.name,
+             "calls_not_run": len(sample.calls) - 1},
+        )
+        raise _Stop(self._failed(reason.value))
 
     def _hold_for_required(self, calls: tuple[ToolCall, ...], required: str) -> None:
         """A reply that did not call the pending required tool costs a round and is asked

@@ -38,6 +38,11 @@ _MESSAGES: dict[str, str] = {
         "This request required a specific tool, and I didn't manage to call it, so the request "
         "was not completed."
     ),
+    "staged_protocol_unavailable": (
+        "I tried to continue writing an artifact with a step that wasn't available to me at "
+        "that point, so I stopped here instead of trying again. Any draft already started was "
+        "left as it was."
+    ),
     "inactivity_budget_exhausted": "This turn stopped because it went quiet for too long.",
     "authority_rejected": "This turn was stopped because its authorization no longer holds.",
 }

@@ -68,6 +68,30 @@ class FailureDomain(enum.StrEnum):
     CALLER = "caller"  # relayed caller failure (a user program's traceback): never counts
 
 
+#: The staged artifact protocol's group name (``ToolDescriptor.protocol_group``).
+STAGED_PROTOCOL_GROUP = "staged_artifact"
+
+#: The staged artifact protocol's four operations, by their reserved built-in names (the same
+#: set as ``tools/manifest.py: STAGED_ARTIFACT_TOOLS``, which the tests hold equal). The
+#: controller needs the names even when the agent was never granted the protocol: a step that
+#: asks for one it was not offered is a protocol failure, not an ordinary unknown tool (R-252).
+STAGED_PROTOCOL_OPERATIONS: frozenset[str] = frozenset(
+    {"begin_artifact", "append_artifact", "finalize_artifact", "discard_artifact"}
+)
+
+
+class ProtocolFailure(enum.StrEnum):
+    """Why a multi-call protocol stopped an attempt: typed and machine-readable (R-252).
+
+    It is journaled as ``denied`` on the refused call's ``tool.settled``, as ``reason`` on
+    the attempt's one ``protocol.failed`` event and as the run's terminal reason."""
+
+    #: A step asked for a staged artifact operation its advertisement did not offer: the
+    #: protocol is absent from the frozen catalog, or the step was narrowed (required tool,
+    #: the tool-less synthesis step). Typically a stale captured step still writing a draft.
+    STAGED_PROTOCOL_UNAVAILABLE = "staged_protocol_unavailable"
+
+
 @dataclass(frozen=True, slots=True)
 class AdvertisedTool:
     """One entry of the frozen catalog as the model sees it (bounds ≥ 2000 already stripped)."""
@@ -86,6 +110,10 @@ class ToolCallRequest:
     name: str
     arguments: str
     step: int
+    #: Set by the controller for a call its step was never offered (R-252): the backend
+    #: settles it denied with this reason and runs nothing. A refusal can only stop a call,
+    #: never admit one, so an untrusted controller gains nothing by setting it.
+    refused: ProtocolFailure | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +180,9 @@ class ToolCallResult:
     # one on-screen marker per item. Dropped, markers withdrawn, when it cannot be shown
     # (R-277, R-278).
     canvas: tuple[CanvasItem, ...] = ()
+    # Set when the call was refused before anything ran because its protocol was not
+    # callable on that step; journaled as ``denied`` on ``tool.settled`` (R-252).
+    denied: ProtocolFailure | None = None
 
     @property
     def failed(self) -> bool:
@@ -288,6 +319,7 @@ TraceKind = Literal[
     "tool.settled",
     "correction.applied",
     "retry.scheduled",
+    "protocol.failed",
 ]
 
 

@@ -22,6 +22,11 @@ Order (spec: What happens on a tool call; R-223), every step on every call:
     redacted, member-safe projection (R-229, R-344), which the guardrail chain checks again
     before it is published (R-070). The raw result goes to audit only.
 
+A call the controller marks ``refused`` (a staged artifact operation its step never offered,
+R-252) is settled after step 1 as a denial with that typed reason and nothing else runs; a
+staged operation outside the agent's ceiling is denied with the same typed reason
+(``staged_protocol_unavailable``) instead of the generic ``over_ceiling``.
+
 A genuine policy or authorization block settles as an error that closes the turn; everything
 the model can repair (bad arguments, a refused repeat, a failed read) settles as an error the
 turn survives (R-256, R-289). A write, sensitive or undeclared tool that raises or times out is
@@ -68,10 +73,12 @@ from kaizen_server_extension.policy.ports import (
 )
 from kaizen_server_extension.policy.redaction import redact, redact_text, withhold
 from kaizen_server_extension.runtime.port import (
+    STAGED_PROTOCOL_OPERATIONS,
     AuthorityBundle,
     AuthorityRejected,
     Capability,
     FailureDomain,
+    ProtocolFailure,
     RunCancelled,
     ToolCallRequest,
     ToolCallResult,
@@ -107,6 +114,16 @@ OPERATOR_DETAIL_BYTES = 2048
 # Tools that must re-check the roster at the callback: actor-private ones, and anything that
 # declared no class (which may not be in a shared room at all).
 _PRIVATE_ROOM_CLASSES = frozenset({RoomClass.ACTOR_PRIVATE_READ, RoomClass.UNKNOWN})
+
+
+def _protocol_denial(reason: ProtocolFailure) -> PolicyDenied:
+    """The denial of a protocol operation that was not callable when asked for (R-252): a
+    policy block whose code is the typed reason, so it closes the turn and is journaled.
+    The tool name is model-chosen text, so the message does not echo it."""
+    return PolicyDenied(
+        reason.value,
+        "That artifact step was not available at this point of the turn, so it was not run "
+        "and the turn stopped here. Any draft already started was left as it was.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +233,11 @@ class ToolPipeline:
         self, bundle: AuthorityBundle, request: ToolCallRequest
     ) -> _Settled:
         known = self._tools.get(request.name)
+        if request.refused is not None:
+            # The controller never offered this call on its step (R-252). A refusal can only
+            # stop a call, so it is honoured before anything else is resolved.
+            return self._denied(request, _protocol_denial(request.refused),
+                                known.descriptor if known else None)
         try:
             registered = await self._admit(bundle, request.name, known)
         except PolicyDenied as denied:
@@ -260,7 +282,14 @@ class ToolPipeline:
         self, bundle: AuthorityBundle, name: str, registered: RegisteredTool | None
     ) -> RegisteredTool:
         await self._check_permission(bundle, name)
-        self._ceiling.check(name)
+        try:
+            self._ceiling.check(name)
+        except PolicyDenied:
+            if name in STAGED_PROTOCOL_OPERATIONS:
+                # The agent has no staged writer: a protocol failure with its typed reason,
+                # not an ordinary unknown tool (R-252).
+                raise _protocol_denial(ProtocolFailure.STAGED_PROTOCOL_UNAVAILABLE) from None
+            raise
         if registered is None:
             # In the frozen catalog but no longer registered: fail closed like the ceiling.
             raise PolicyDenied("over_ceiling",
@@ -723,11 +752,14 @@ class ToolPipeline:
     ) -> _Settled:
         """A genuine policy block: the only kind of refusal that closes the turn (R-289)."""
         capability = descriptor.capability if descriptor else Capability.UNDECLARED
+        # A protocol that was not callable keeps its typed reason on the result, for the
+        # journal's ``denied`` (R-252); other blocks are told apart by ``close_reason``.
+        protocol = next((f for f in ProtocolFailure if f.value == denied.code), None)
         return _Settled(
             ToolCallResult(call_id=request.call_id, name=request.name,
                            outcome=ToolOutcome.ERROR, content=denied.member_message,
                            capability=capability, failure_domain=FailureDomain.CALLER,
-                           closes_turn=True, close_reason=denied.code),
+                           closes_turn=True, close_reason=denied.code, denied=protocol),
             reason_code=denied.code,
         )
 

@@ -20,6 +20,8 @@ from kaizen_server_extension.runtime.port import (
     Budgets,
     Capability,
     ChatMessage,
+    FailureDomain,
+    ProtocolFailure,
     RunManifest,
     StepEvent,
     StepFinished,
@@ -147,6 +149,17 @@ def returns(
     return handler
 
 
+def refuses(reason: ProtocolFailure) -> ToolHandler:
+    """What the trusted pipeline settles for a call the controller marked ``refused``: a
+    turn-closing denial with the typed reason, nothing run (R-252)."""
+    async def handler(request: ToolCallRequest) -> ToolCallResult:
+        return result(request, ToolOutcome.ERROR, content="That artifact step was not run.",
+                      capability=Capability.WRITE, failure_domain=FailureDomain.CALLER,
+                      closes_turn=True, close_reason=reason.value, denied=reason)
+
+    return handler
+
+
 def raises(error: BaseException) -> ToolHandler:
     async def handler(request: ToolCallRequest) -> ToolCallResult:
         raise error
@@ -211,6 +224,8 @@ class FakeHost:
         self.requests.append(request)
         self.log.append(f"call_tool:{request.call_id}")
         handler = self.tools.get(request.name, returns())
+        if request.refused is not None:
+            handler = refuses(request.refused)  # the backend honours every refusal
         self.active_tools += 1
         self.max_active_tools = max(self.max_active_tools, self.active_tools)
         try:
