@@ -485,7 +485,7 @@ async def _migrate_and_seed(engine: AsyncEngine, schema: str | None,
     for agent in agents:
         await store.agents.ensure_system_agent(
             agent.agent_id, agent.name, persona=agent.persona, mode=agent.mode,
-            tool_ceiling=agent.tool_ceiling)
+            tool_ceiling=agent.tool_ceiling, knowledge_scope=agent.knowledge_scope)
 
 
 def _redact_url(url: str) -> str:

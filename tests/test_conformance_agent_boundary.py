@@ -6,7 +6,7 @@ Two walks over every shipped Python module:
 * an *agent definition module* (one that builds ``AgentDefinition`` values or implements the
   ``kaizen_register_agents`` hook) holds data and the registration hook only: no functions,
   classes or lambdas of its own, no other hook, no import of pipeline code, and definitions
-  that use only the domain-specific fields (id, name, mode, persona, tool grant);
+  that use only the domain-specific fields (id, name, mode, persona, tool grant, knowledge scope);
 * shared pipeline code never branches on which agent is running (an agent id compared with a
   literal), so no agent gets a quietly different pipeline through a special case.
 
@@ -30,8 +30,10 @@ SHIPPED = (REPO / "kaizen_server_extension", REPO / "kaizen_kernel",
 # The one hook an agent definition module implements; the spec declaring it is not one.
 AGENT_HOOK = "kaizen_register_agents"
 HOOKSPECS = REPO / "kaizen_server_extension" / "tools" / "hookspecs.py"
-# Persona, mode, capability/tool grant: what an agent may declare (and its identity).
-DOMAIN_FIELDS = frozenset({"agent_id", "name", "mode", "persona", "tool_ceiling"})
+# Persona, mode, capability/tool grant, knowledge scope: what an agent may declare (and its
+# identity); spec: What an agent is.
+DOMAIN_FIELDS = frozenset({"agent_id", "name", "mode", "persona", "tool_ceiling",
+                           "knowledge_scope"})
 # What an agent definition module may import: the definition type and the hook machinery.
 ALLOWED_IMPORTS = {
     "__future__": None,

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
 
+from kaizen_server_extension.agents import UNSCOPED, KnowledgeScope
 from kaizen_server_extension.lanes.artifact_stream import checkpointed_step
 from kaizen_server_extension.lanes.context import build_context, roster_for
 from kaizen_server_extension.lanes.host import LivePublisher, RunHost, ToolCaller
@@ -95,6 +96,9 @@ class FrozenTools:
     # The turn's attached files, pinned at acceptance and bound into the bundle's resource
     # digest at admission; run_code projects exactly these.
     resources: AdmittedResources = NO_RESOURCES
+    # The agent version's knowledge scope: the retrieval tools intersect it with the
+    # member's access at every call. Bound into the resource digest with the agent version.
+    knowledge_scope: KnowledgeScope = UNSCOPED
 
     # Per frozen tool, the arguments observers never see (``tool(withheld_arguments=)``).
     withheld_arguments: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)

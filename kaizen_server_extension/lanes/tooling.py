@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kaizen_server_extension.agents import KNOWLEDGE_SCOPE_SERVICE, KnowledgeScope
 from kaizen_server_extension.lanes.host import ToolCaller
 from kaizen_server_extension.lanes.service import FrozenTools
 from kaizen_server_extension.policy.approvals import ApprovalReceipt
@@ -187,7 +188,8 @@ class PipelineToolBackend:
                 withheld[name] = registered.descriptor.withheld_arguments
         return FrozenTools(advertised=catalog.first_step, digest=catalog.digest,
                            required_tool=catalog.required_tool, catalog=catalog,
-                           deferred=deferred, withheld_arguments=withheld)
+                           deferred=deferred, withheld_arguments=withheld,
+                           knowledge_scope=KnowledgeScope.from_stored(agent.knowledge_scope))
 
     def caller(self, *, bundle: AuthorityBundle, tools: FrozenTools,
                cancelled: asyncio.Event) -> ToolCaller:
@@ -206,7 +208,9 @@ class PipelineToolBackend:
             **self._services, "catalog": catalog, "run_code": self._run_code,
             "callable_tools": callable_now,
             # The turn's admitted files (run_code projects exactly these, R-454).
-            "resources": tools.resources}
+            "resources": tools.resources,
+            # What the agent retrieves over, narrowing the member's access.
+            KNOWLEDGE_SCOPE_SERVICE: tools.knowledge_scope}
 
         async def execute(tool: RegisteredTool, run_bundle: AuthorityBundle,
                           arguments: Mapping[str, Any], /) -> object:

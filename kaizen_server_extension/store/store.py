@@ -22,6 +22,7 @@ from sqlalchemy import and_, bindparam, func, insert, literal_column, select, up
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from kaizen_server_extension.agents import UNSCOPED, KnowledgeScope
 from kaizen_server_extension.errors import Conflict, Forbidden, NotFound
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.records import (
@@ -283,9 +284,13 @@ class MemberRepository(_Repository):
 
 class AgentRepository(_Repository):
     async def ensure_system_agent(self, agent_id: str, name: str, *, persona: str,
-                                  mode: str, tool_ceiling: Sequence[str]) -> AgentRecord:
-        """Seed a system agent; when the shipped definition changed, add a new immutable
-        version rather than editing the old one (runs keep pointing at theirs)."""
+                                  mode: str, tool_ceiling: Sequence[str],
+                                  knowledge_scope: KnowledgeScope = UNSCOPED) -> AgentRecord:
+        """Seed a system agent; when the shipped definition changed (its knowledge scope
+        included), add a new immutable version rather than editing the old one (runs keep
+        pointing at theirs, and their resource digest binds the scope they were admitted
+        with)."""
+        scope = knowledge_scope.stored()
         async with self.store.transaction() as tx:
             now = utcnow()
             agent = await tx.session.get(m.Agent, agent_id)
@@ -300,8 +305,9 @@ class AgentRepository(_Repository):
                                                  m.AgentVersion.version == agent.current_version)
                 )).scalar_one_or_none()
             unchanged = current is not None and (
-                current.persona, list(current.tool_ceiling), current.mode
-            ) == (persona, list(tool_ceiling), mode)
+                current.persona, list(current.tool_ceiling), current.mode,
+                dict(current.knowledge_scope),
+            ) == (persona, list(tool_ceiling), mode, scope)
             if not unchanged:
                 version = (agent.current_version or 0) + 1
                 agent.current_version = version
@@ -309,7 +315,7 @@ class AgentRepository(_Repository):
                 await tx.session.flush()
                 tx.session.add(m.AgentVersion(
                     id=f"{agent_id}@{version}", agent_id=agent_id, version=version,
-                    persona=persona, tool_ceiling=list(tool_ceiling), knowledge_scope={},
+                    persona=persona, tool_ceiling=list(tool_ceiling), knowledge_scope=scope,
                     mode=mode, created_at=now,
                 ))
                 await tx.session.flush()

@@ -1,7 +1,8 @@
 """Artifact tools: single-call writes, anchored reads and edits, and the staged protocol.
 
 Every tool acts as the member (``ctx.member``) through ``ctx.services["artifacts"]`` (the
-versioned store); nothing here widens what the member could do on their own screen. Store
+versioned store); nothing here widens what the member could do on their own screen, and
+``read_artifact`` is further kept to the agent's knowledge scope (R-002). Store
 refusals (a version conflict, a foreign or missing root, a validator, the reserved pair) are
 projected as definite "nothing was saved" errors (R-366); the turn goes on. A streamed
 generation whose checkpoint or draft was fenced (taken over, stopped, interrupted, failed) is
@@ -17,7 +18,9 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import Field
 
-from kaizen_server_extension.errors import MemberError
+from kaizen_server_extension.agents import knowledge_scope_of
+from kaizen_server_extension.errors import MemberError, NotFound
+from kaizen_server_extension.resources import ARTIFACT_REFERENCE, AdmittedResources
 from kaizen_server_extension.runtime.port import StoredFile
 from kaizen_server_extension.store.artifact_checkpoints import (
     FENCED_CHECKPOINT_CODES,
@@ -44,6 +47,7 @@ from kaizen_server_extension.store.artifacts import (
     ArtifactVersionRecord,
     WriteContext,
 )
+from kaizen_server_extension.store.library import LibraryStore
 from kaizen_server_extension.store.store import new_id
 from kaizen_server_extension.tools import (
     Capability,
@@ -64,6 +68,9 @@ STAGED_PROTOCOL = "staged_artifact"
 MAX_CONTENT_CHARS = 1_000_000
 MAX_CHUNK_CHARS = 32_000
 NATIVE_OFFICE_SUFFIXES = (".docx", ".pptx", ".xlsx")
+#: The store's own answer for an id the member cannot open; an artifact outside the agent's
+#: knowledge scope gets the same one, so the refusal does not tell the two apart.
+ARTIFACT_NOT_FOUND = "No such artifact."
 
 Kind = Literal["markdown", "html", "svg", "code", "mermaid", "react", "json", "graph"]
 assert set(Kind.__args__) == set(MODEL_KINDS)  # type: ignore[attr-defined]
@@ -232,6 +239,22 @@ async def update_artifact(ctx: ToolContext, content: Content,
 # --- anchored read and edit ------------------------------------------------------------------
 
 
+async def _retrievable(ctx: ToolContext, artifact_id: str) -> ArtifactVersionRecord:
+    """The latest version the member may see here, kept to the agent's knowledge scope: an
+    artifact outside it answers exactly as one that does not exist (R-002, R-147)."""
+    store = _artifacts(ctx)
+    room = ctx.bundle.conversation_id
+    record = await store.resolve(ctx.member, artifact_id, room=room)
+    admitted = ctx.services.get("resources")
+    attached = {r.reference_id for r in admitted.resources if r.kind == ARTIFACT_REFERENCE} \
+        if isinstance(admitted, AdmittedResources) else set()
+    library = LibraryStore(store.store, store)
+    if not await library.may_retrieve(ctx.member, knowledge_scope_of(ctx.services), record,
+                                      room=room, attached=attached):
+        raise NotFound(ARTIFACT_NOT_FOUND, code="artifact_not_found")
+    return record
+
+
 @tool(name="read_artifact", capability=Capability.READ, room_class=RoomClass.ACTOR_BOUND_READ,
       surface="artifacts", timeout_s=15)
 async def read_artifact(ctx: ToolContext, artifact_id: ArtifactId,
@@ -241,9 +264,7 @@ async def read_artifact(ctx: ToolContext, artifact_id: ArtifactId,
     """Read up to 400 numbered lines of the latest version of an artifact you own or one
     shared in this conversation. Returns the version, total line count, content digest and
     the tag edit_artifact needs, under an [artifact#TAG] header."""
-    store = _artifacts(ctx)
-    record = await _nothing_saved(store.resolve(ctx.member, artifact_id,
-                                                room=ctx.bundle.conversation_id))
+    record = await _nothing_saved(_retrievable(ctx, artifact_id))
     if not record.is_text:
         raise MemberSafeError("That artifact is a native file, not text; it can be "
                               "downloaded from the Artifact pane but not read here.",

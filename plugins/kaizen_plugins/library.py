@@ -1,6 +1,7 @@
 """inspect_library / manage_library: the member's own Library, exposed to an agent.
 
-Discovery is identity only; organizing only files into a collection or links into a project,
+Discovery is identity only, and an agent's knowledge scope narrows it to the member's items
+inside the scope (R-002); organizing only files into a collection or links into a project,
 through the same store methods a member's own click uses (``api/library.py``). Every id is a
 selector, re-resolved under the caller inside the write. Both tools declare the Library
 surface, so ``KAIZEN_LIBRARY_ENABLED=0`` withholds them from the registry (R-140).
@@ -14,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 from sqlalchemy import select
 
+from kaizen_server_extension.agents import knowledge_scope_of
 from kaizen_server_extension.errors import MemberError
 from kaizen_server_extension.settings import LIBRARY_SURFACE
 from kaizen_server_extension.store import models as m
@@ -51,7 +53,9 @@ async def inspect_library(ctx: ToolContext,
     """List one surface of the member's Library by identity only (id, name, short hint), to
     turn something the member named into the id another tool needs. Read content with
     read_artifact."""
-    items = await _library(ctx).inspect(ctx.member, surface)
+    # An agent with a knowledge scope lists only the member's items inside it (R-002).
+    items = await _library(ctx).inspect(ctx.member, surface,
+                                        scope=knowledge_scope_of(ctx.services))
     return {"surface": surface, "items": items}
 
 
