@@ -38,7 +38,7 @@ from tornado.httpclient import HTTPRequest
 from tornado.websocket import WebSocketClientConnection, WebSocketClosedError, websocket_connect
 
 from kaizen_kernel.files import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_TOTAL_BYTES
-from kaizen_kernel.provisioner import looks_secret
+from kaizen_kernel.provisioner import MATPLOTLIB_BACKEND, looks_secret
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ DEFAULT_GATEWAY_ENV_ALLOWLIST: tuple[str, ...] = (
     "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "LC_NUMERIC", "TZ",
 )
 # Fixed, server-authored values every run_code kernel gets (no paths of the server host).
-_FIXED_ENV = {"MPLBACKEND": "Agg", "PYTHONNOUSERSITE": "1",
+_FIXED_ENV = {"MPLBACKEND": MATPLOTLIB_BACKEND, "PYTHONNOUSERSITE": "1",
               "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
 MAX_WS_MESSAGE_BYTES = 64 * 1024 * 1024
 _CHANNELS = ("shell", "iopub", "stdin", "control")

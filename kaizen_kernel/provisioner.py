@@ -66,6 +66,10 @@ class SandboxUnavailable(RuntimeError):
     """The configured sandbox cannot be built here (e.g. ``jail="required"`` without bwrap)."""
 
 
+#: The kernel's matplotlib backend: IPython's inline one, headless, emitting PNG displays.
+MATPLOTLIB_BACKEND = "module://matplotlib_inline.backend_inline"
+
+
 def looks_secret(name: str) -> bool:
     return bool(_SECRETISH.search(name))
 
@@ -91,7 +95,9 @@ def build_kernel_env(
         "MPLCONFIGDIR": os.path.join(home, ".config", "matplotlib"),
         "XDG_CACHE_HOME": os.path.join(home, ".cache"),
         "PYTHONNOUSERSITE": "1",
-        "MPLBACKEND": "Agg",
+        # Figures a program shows (plt.show(), or open at the end of the cell) become PNG
+        # display data, which run_code puts on the chat canvas; never a GUI window.
+        "MPLBACKEND": MATPLOTLIB_BACKEND,
         "PYDEVD_DISABLE_FILE_VALIDATION": "1",
     })
     if workspace:

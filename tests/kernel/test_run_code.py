@@ -257,3 +257,18 @@ async def test_cancelling_a_call_discards_its_kernel(sandbox: Sandbox) -> None:
     assert "python" not in lease.persistent
     await svc.pool.wait_warm()
     assert not await kernel.is_alive()
+
+
+@pytest.mark.rule("R-277")
+async def test_a_figure_the_program_shows_becomes_a_canvas_image(sandbox: Sandbox) -> None:
+    """matplotlib in the kernel uses IPython's inline backend: ``plt.show()`` (and a figure
+    left open at the end) is PNG display data, which run_code moves to the chat canvas."""
+    code = ("import matplotlib.pyplot as plt\n"
+            "plt.plot([1, 3, 2])\n"
+            "plt.show()\n")
+    r = await sandbox.service.run("alice", "conv-plot", code, "python", False, [])
+    assert r.status == "ok", r
+    [image] = r.canvas()
+    assert image.kind == "image" and image.media_type == "image/png"
+    payload = json.dumps(r.to_payload())
+    assert "iVBOR" not in payload  # the bytes are on the canvas, not in the model's payload
