@@ -6,7 +6,9 @@
 //      KAIZEN_E2E_CHROMIUM (default /usr/bin/chromium),
 //      KAIZEN_E2E_SCENARIO ('panel', the default: the whole panel; 'kernel-console': open a
 //      persistent run_code kernel as a JupyterLab console, against a server with kernels;
-//      'artifacts': the artifacts pane, with KAIZEN_E2E_FAKE_URL the fake model's root URL)
+//      'artifacts': the artifacts pane, with KAIZEN_E2E_FAKE_URL the fake model's root URL;
+//      'generation': run_code generation placeholders and the chat canvas, against a server
+//      with kernels)
 import fs from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -627,6 +629,196 @@ async function artifactsPane(page, member) {
   return { conversationId, artifactId };
 }
 
+// run_code generation placeholders in the Artifacts pane (R-236) and the chat canvas (R-277),
+// against a server with kernels. The program declares two files, sleeps, writes one and
+// displays a PNG. While it runs the pane shows both as "Generating …" with nothing to
+// download; once it settles the written one is that exact stored version with a Download
+// button, the other is gone, and the image is under the call in the transcript. A reload
+// (every live frame lost) rebuilds the same state from the journal.
+//
+// The pane hides a generated file's own entry as soon as the artifact listing carries that
+// version, which a refresh brings within milliseconds of the settlement. To look at the state
+// the journal alone gives, the listing is held back (as a slow server would) while the driver
+// reads the pane, then let through.
+async function generationAndCanvas(page) {
+  await page.waitForFunction(
+    () => document.querySelectorAll('.jp-Kaizen-newChat select option').length > 0,
+    null,
+    { timeout: TIMEOUT }
+  );
+  await page.locator('.jp-Kaizen-newChat select').selectOption('general');
+  await page.locator('.jp-Kaizen-newChat input[placeholder="New conversation"]').fill('Generation chat');
+  await page.getByRole('button', { name: 'New chat' }).click();
+  await page.locator('.jp-Kaizen-feed[data-phase="live"]').waitFor({ timeout: TIMEOUT });
+  const conversationId = await page.locator('.jp-Kaizen-chat').getAttribute('data-conversation-id');
+  await page.getByRole('tab', { name: 'Artifacts (0)' }).click();
+  await page.locator('.jp-Kaizen-artifactsPanel:not([hidden])').waitFor({ timeout: TIMEOUT });
+
+  const listing = await artifactListingGate(page);
+  listing.hold();
+  await send(page, 'make the summary and chart');
+  // While the program sleeps: one placeholder per declared target, in order.
+  await page.waitForFunction(
+    () => document.querySelectorAll('.jp-Kaizen-generationList .jp-Kaizen-generating').length === 2,
+    null,
+    { timeout: TIMEOUT }
+  );
+  const generating = await paneState(page);
+  if (generating.runCode !== 'running') {
+    throw new Error(`the placeholders were read after the call settled: ${JSON.stringify(generating)}`);
+  }
+  if (generating.generating.some(entry => entry.controls !== 0)) {
+    throw new Error(`a file being generated can be acted on: ${JSON.stringify(generating)}`);
+  }
+  await page.screenshot({ path: path.join(shots, 'panel-generating.png') });
+  log('generating', generating);
+
+  // Settled: the written file is its stored version, the unwritten one's placeholder is gone.
+  await page.waitForFunction(
+    () => [...document.querySelectorAll('.jp-Kaizen-answer[data-committed="true"]')].some(n => n.textContent.includes('The summary is ready')),
+    null,
+    { timeout: TIMEOUT }
+  );
+  const generated = await paneState(page);
+  await page.screenshot({ path: path.join(shots, 'panel-generated.png') });
+  log('generated', generated);
+
+  // Its Download button fetches exactly that version through the download route.
+  const ready = page.locator('.jp-Kaizen-generationList .jp-Kaizen-generated');
+  const [download, request] = await Promise.all([
+    page.waitForEvent('download', { timeout: TIMEOUT }),
+    page.waitForRequest(r => new URL(r.url()).pathname.endsWith('/download'), { timeout: TIMEOUT }),
+    ready.getByRole('button', { name: /^Download / }).click()
+  ]);
+  const downloadUrl = new URL(request.url());
+  log('generated-downloaded', {
+    filename: download.suggestedFilename(),
+    content: (await fs.readFile(await download.path(), 'utf8')).replace(/\r\n/g, '\n'),
+    route: downloadUrl.pathname.slice(downloadUrl.pathname.indexOf('/kaizen/api/')),
+    conversationId: downloadUrl.searchParams.get('conversation_id')
+  });
+
+  // The listing arrives: its entry is the durable file now, the generated entry steps aside.
+  listing.release();
+  await page.getByRole('tab', { name: 'Artifacts (1)' }).waitFor({ timeout: TIMEOUT });
+  await page.waitForFunction(
+    () => !document.querySelector('.jp-Kaizen-generationList'),
+    null,
+    { timeout: TIMEOUT }
+  );
+  const listed = await paneState(page);
+  log('listed', listed);
+
+  // The chat canvas: the displayed image under the run_code call, and the answer.
+  await page.getByRole('tab', { name: 'Conversation' }).click();
+  const canvas = await canvasState(page);
+  await page.screenshot({ path: path.join(shots, 'panel-canvas.png') });
+  log('canvas', canvas);
+
+  // Reload: every live frame is gone; the journal alone rebuilds the same state.
+  listing.hold();
+  await openPanel(page);
+  await page.locator(`.jp-Kaizen-conversation[data-conversation-id="${conversationId}"]`).click();
+  await page.locator('.jp-Kaizen-feed[data-phase="live"]').waitFor({ timeout: TIMEOUT });
+  const reloadedCanvas = await canvasState(page);
+  await page.screenshot({ path: path.join(shots, 'panel-canvas-reloaded.png') });
+  await page.getByRole('tab', { name: /^Artifacts/ }).click();
+  await page.locator('.jp-Kaizen-generationList .jp-Kaizen-generated').waitFor({ timeout: TIMEOUT });
+  const reloadedGenerated = await paneState(page);
+  await page.screenshot({ path: path.join(shots, 'panel-generated-reloaded.png') });
+  listing.release();
+  await page.getByRole('tab', { name: 'Artifacts (1)' }).waitFor({ timeout: TIMEOUT });
+  await page.waitForFunction(
+    () => !document.querySelector('.jp-Kaizen-generationList'),
+    null,
+    { timeout: TIMEOUT }
+  );
+  log('reloaded', { generated: reloadedGenerated, listed: await paneState(page), canvas: reloadedCanvas });
+  return { conversationId };
+}
+
+// A gate on the pane's artifact-listing requests: after hold(), each waits until release().
+// (It stays routed for the page's life: unrouting right after a release raced the held
+// requests' own continue, which then failed with "Route is already handled!".)
+async function artifactListingGate(page) {
+  let opened = Promise.resolve();
+  let open = () => {};
+  await page.route(
+    url => url.pathname.endsWith('/kaizen/api/artifacts'),
+    async route => {
+      await opened;
+      await route.continue();
+    }
+  );
+  return {
+    hold() {
+      opened = new Promise(resolve => {
+        open = resolve;
+      });
+    },
+    release() {
+      open();
+    }
+  };
+}
+
+// What the Artifacts pane shows, read in one go (so a settlement cannot land halfway), and
+// whether the run_code call in the transcript has settled.
+function paneState(page) {
+  return page.evaluate(() => {
+    const text = (el, selector) => el.querySelector(selector)?.textContent ?? null;
+    const generation = document.querySelector('.jp-Kaizen-generationList');
+    const listing = document.querySelector('ul[aria-label="Artifacts of this conversation"]');
+    return {
+      generating: [...(generation?.querySelectorAll('.jp-Kaizen-generating') ?? [])].map(el => ({
+        target: el.dataset.generationTarget,
+        title: text(el, '.jp-Kaizen-artifactItemTitle'),
+        busy: el.getAttribute('aria-busy'),
+        controls: el.querySelectorAll('button, a, input, select').length
+      })),
+      generated: [...(generation?.querySelectorAll('.jp-Kaizen-generated') ?? [])].map(el => ({
+        target: el.dataset.generationTarget,
+        artifactId: el.dataset.artifactId,
+        version: el.dataset.version,
+        title: text(el, '.jp-Kaizen-artifactItemTitle'),
+        download: text(el, 'button.jp-Kaizen-download')
+      })),
+      listed: [...(listing?.querySelectorAll('.jp-Kaizen-artifactItem') ?? [])].map(el => ({
+        artifactId: el.dataset.artifactId,
+        title: text(el, '.jp-Kaizen-artifactItemTitle')
+      })),
+      runCode: document.querySelector('.jp-Kaizen-tool[data-tool="run_code"]')?.dataset.outcome ?? null
+    };
+  });
+}
+
+// The run_code call's canvas images (once decoded by the browser) and the run's answer.
+async function canvasState(page) {
+  const image = page.locator('.jp-Kaizen-tool[data-tool="run_code"] .jp-Kaizen-canvas img.jp-Kaizen-canvasImage');
+  await image.first().waitFor({ timeout: TIMEOUT });
+  await image.first().scrollIntoViewIfNeeded();
+  await page.waitForFunction(
+    () => [...document.querySelectorAll('.jp-Kaizen-canvasImage')].every(img => img.complete && img.naturalWidth > 0),
+    null,
+    { timeout: TIMEOUT }
+  );
+  await page.waitForFunction(
+    () => !!document.querySelector('.jp-Kaizen-answer[data-committed="true"]'),
+    null,
+    { timeout: TIMEOUT }
+  );
+  return page.evaluate(() => ({
+    images: [...document.querySelectorAll('.jp-Kaizen-canvasImage')].map(img => ({
+      src: img.getAttribute('src'),
+      alt: img.alt,
+      naturalWidth: img.naturalWidth,
+      naturalHeight: img.naturalHeight,
+      tool: img.closest('.jp-Kaizen-tool')?.dataset.tool ?? null
+    })),
+    answers: [...document.querySelectorAll('.jp-Kaizen-answer[data-committed="true"] .jp-Kaizen-markdown')].map(n => n.textContent.trim())
+  }));
+}
+
 const browser = await chromium.launch({
   executablePath,
   args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking']
@@ -645,6 +837,12 @@ try {
       throw new Error(`page errors: ${errors.join(' | ').slice(0, 500)}`);
     }
     log('done', {});
+  } else if (scenario === 'generation') {
+    const result = await generationAndCanvas(page);
+    if (errors.length) {
+      throw new Error(`page errors: ${errors.join(' | ').slice(0, 500)}`);
+    }
+    log('done', result);
   } else if (scenario === 'artifacts') {
     const me = await (
       await fetch(`${base}kaizen/api/members/me`, { headers: { Authorization: `token ${token}` } })

@@ -22,6 +22,7 @@ import pytest
 
 from kaizen_server_extension.store.engine import sqlite_url_for
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
+from kaizen_server_extension.tools.canvas import ON_SCREEN
 from tests.support.server import SERVER_TOKEN, ServerProcess, start_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,7 +59,7 @@ SENT = ["stream please", "who can help", "show code", ASKED, "slow answer", "que
         "say hello\n(keyboard)"]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def node() -> str:
     """Node.js, the built panel and playwright-core must be there; Chromium may skip."""
     if not Path(CHROMIUM).exists():
@@ -149,63 +150,6 @@ def test_panel_end_to_end(node: str, lab_server: ServerProcess, tmp_path: Path) 
     terminals = [e["data"]["status"] for e in page["events"] if e["type"] == "run.terminal"]
     assert terminals.count("cancelled") == 1
     assert len(terminals) == len(SENT)
-
-
-CONSOLE_SCRIPTS: list[dict[str, Any]] = [
-    {"match": "keep x in the kernel", "responses": [
-        {"tool_calls": [{"name": "run_code", "arguments": {
-            "code": "x = 41", "language": "python", "persistent": True,
-            "artifact_targets": []}}]},
-        {"text": "x is in the kernel."}]},
-    {"responses": [{"text": "Default answer."}]},
-]
-
-
-@pytest.fixture
-def kernel_lab_server(node: str, tmp_path: Path) -> Iterator[ServerProcess]:
-    """A JupyterLab server whose run_code kernels start (one warm), for the console."""
-    fake = FakeOpenAI(CONSOLE_SCRIPTS)
-    root = tmp_path / "server"
-    settings = root / "config" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    server = start_server(root, sqlite_url_for(root / "kaizen.db"), None, extra_env={
-        "KAIZEN_MODEL_BASE_URL": fake.base_url, "KAIZEN_MODEL": "fake-model",
-        "KAIZEN_KERNEL_POOL_SIZE": "1",
-    })
-    try:
-        yield server
-    finally:
-        server.stop()
-        fake.close()
-
-
-@pytest.mark.timeout(300)
-def test_panel_opens_the_persistent_kernel_as_a_console(
-        node: str, kernel_lab_server: ServerProcess, tmp_path: Path) -> None:
-    shots = Path(os.environ.get("KAIZEN_E2E_SCREENSHOTS", tmp_path / "screenshots"))
-    shots.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "KAIZEN_E2E_BASE_URL": kernel_lab_server.base_url,
-           "KAIZEN_E2E_TOKEN": SERVER_TOKEN, "KAIZEN_E2E_SCREENSHOTS": str(shots),
-           "KAIZEN_E2E_CHROMIUM": CHROMIUM, "KAIZEN_E2E_SCENARIO": "kernel-console"}
-    owner = {"Authorization": f"token {SERVER_TOKEN}"}
-    put = httpx.put(kernel_lab_server.base_url + "kaizen/api/members/me/settings",
-                    headers=owner, json={"approval_mode": "never_ask"}, timeout=30)
-    assert put.status_code == 200, put.text
-    result = subprocess.run([node, str(DRIVER)], env=env, capture_output=True, text=True,
-                            timeout=240, cwd=REPO)
-    steps = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
-    report = "\n".join(result.stdout.splitlines()[-20:]) + "\n" + result.stderr[-2000:]
-    assert result.returncode == 0, (
-        f"driver failed (screenshots in {shots}):\n{report}\n--- server log ---\n"
-        f"{kernel_lab_server.log()[-3000:]}")
-    assert steps[-1]["step"] == "done", report
-    [disabled] = [s for s in steps if s["step"] == "console-disabled-without-kernel"]
-    assert "No persistent run_code kernel" in disabled["hint"]
-    [opened] = [s for s in steps if s["step"] == "kernel-console"]
-    # The console's session is on the member's run_code kernel, listed by the kernels API.
-    assert opened["kernelId"] and opened["kernelId"] in opened["kernels"], opened
-    assert (shots / "panel-kernel-console.png").exists()
 
 
 # The page's script would retitle it and flag the parent window; the sandbox stops both.
@@ -309,3 +253,196 @@ def test_panel_artifacts_pane(node: str, artifacts_lab_server: tuple[ServerProce
     with httpx.Client(base_url=server.base_url, headers=owner, timeout=30) as api:
         view = api.get(f"kaizen/api/artifacts/{artifact_id}").json()
     assert view["versions"] == [1, 2] and view["content"].startswith("<h1 id=\"greeting\">Second")
+
+
+# -- tests on a server with kernels (last in the module: the shared server lives until its end)
+
+# Two declared files, one written after a pause long enough for the panel to show both as
+# being generated; a 24 x 24 PNG built in place (no plotting library to import) is displayed.
+GENERATING_PROGRAM = """
+import struct, time, zlib
+from IPython.display import Image, display
+
+def chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+side = 24
+rows = b"".join(b"\\x00" + b"\\x00\\x80\\x80" * side for _ in range(side))
+header = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)
+png = (b"\\x89PNG\\r\\n\\x1a\\n" + chunk(b"IHDR", header)
+       + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+time.sleep(2)
+with open("summary.csv", "w") as f:
+    f.write("region,total\\nnorth,12\\n")
+# charts/plot.png is declared too, but this program only displays the chart.
+display(Image(data=png, format="png"))
+print("wrote the summary")
+"""
+GENERATED_TARGETS = ["summary.csv", "charts/plot.png"]
+GENERATED_ANSWER = "The summary is ready; the chart is on screen."
+
+# The kernel server's model: one conversation per test, each with its own message.
+KERNEL_SCRIPTS: list[dict[str, Any]] = [
+    {"match": "keep x in the kernel", "responses": [
+        {"tool_calls": [{"name": "run_code", "arguments": {
+            "code": "x = 41", "language": "python", "persistent": True,
+            "artifact_targets": []}}]},
+        {"text": "x is in the kernel."}]},
+    {"match": "make the summary and chart", "responses": [
+        {"tool_calls": [{"name": "run_code", "arguments": {
+            "code": GENERATING_PROGRAM, "language": "python",
+            "artifact_targets": GENERATED_TARGETS}}]},
+        {"text": GENERATED_ANSWER}]},
+    {"responses": [{"text": "Default answer."}]},
+]
+
+
+@pytest.fixture(scope="module")
+def kernel_lab_server(node: str,
+                      tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A JupyterLab server whose run_code kernels start (one warm), shared by the tests that
+    need kernels: starting it is most of their cost."""
+    fake = FakeOpenAI(KERNEL_SCRIPTS)
+    root = tmp_path_factory.mktemp("kernel-lab") / "server"
+    settings = root / "config" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    server = start_server(root, sqlite_url_for(root / "kaizen.db"), None, extra_env={
+        "KAIZEN_MODEL_BASE_URL": fake.base_url, "KAIZEN_MODEL": "fake-model",
+        "KAIZEN_KERNEL_POOL_SIZE": "1",
+    })
+    try:
+        yield server
+    finally:
+        server.stop()
+        fake.close()
+
+
+@pytest.mark.timeout(300)
+def test_panel_opens_the_persistent_kernel_as_a_console(
+        node: str, kernel_lab_server: ServerProcess, tmp_path: Path) -> None:
+    shots = Path(os.environ.get("KAIZEN_E2E_SCREENSHOTS", tmp_path / "screenshots"))
+    shots.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "KAIZEN_E2E_BASE_URL": kernel_lab_server.base_url,
+           "KAIZEN_E2E_TOKEN": SERVER_TOKEN, "KAIZEN_E2E_SCREENSHOTS": str(shots),
+           "KAIZEN_E2E_CHROMIUM": CHROMIUM, "KAIZEN_E2E_SCENARIO": "kernel-console"}
+    owner = {"Authorization": f"token {SERVER_TOKEN}"}
+    put = httpx.put(kernel_lab_server.base_url + "kaizen/api/members/me/settings",
+                    headers=owner, json={"approval_mode": "never_ask"}, timeout=30)
+    assert put.status_code == 200, put.text
+    result = subprocess.run([node, str(DRIVER)], env=env, capture_output=True, text=True,
+                            timeout=240, cwd=REPO)
+    steps = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    report = "\n".join(result.stdout.splitlines()[-20:]) + "\n" + result.stderr[-2000:]
+    assert result.returncode == 0, (
+        f"driver failed (screenshots in {shots}):\n{report}\n--- server log ---\n"
+        f"{kernel_lab_server.log()[-3000:]}")
+    assert steps[-1]["step"] == "done", report
+    [disabled] = [s for s in steps if s["step"] == "console-disabled-without-kernel"]
+    assert "No persistent run_code kernel" in disabled["hint"]
+    [opened] = [s for s in steps if s["step"] == "kernel-console"]
+    # The console's session is on the member's run_code kernel, listed by the kernels API.
+    assert opened["kernelId"] and opened["kernelId"] in opened["kernels"], opened
+    assert (shots / "panel-kernel-console.png").exists()
+
+
+def _run_driver(node: str, server: ServerProcess, shots: Path,
+                scenario: str) -> tuple[dict[str, dict[str, Any]], str]:
+    """Run one driver scenario against ``server``; its steps by name, and a failure report."""
+    env = {**os.environ, "KAIZEN_E2E_BASE_URL": server.base_url,
+           "KAIZEN_E2E_TOKEN": SERVER_TOKEN, "KAIZEN_E2E_SCREENSHOTS": str(shots),
+           "KAIZEN_E2E_CHROMIUM": CHROMIUM, "KAIZEN_E2E_SCENARIO": scenario}
+    put = httpx.put(server.base_url + "kaizen/api/members/me/settings",
+                    headers={"Authorization": f"token {SERVER_TOKEN}"},
+                    json={"approval_mode": "never_ask"}, timeout=30)
+    assert put.status_code == 200, put.text
+    result = subprocess.run([node, str(DRIVER)], env=env, capture_output=True, text=True,
+                            timeout=240, cwd=REPO)
+    steps = {s["step"]: s for s in (json.loads(line) for line in result.stdout.splitlines()
+                                    if line.startswith("{"))}
+    report = "\n".join(result.stdout.splitlines()[-20:]) + "\n" + result.stderr[-2000:]
+    assert result.returncode == 0 and "done" in steps, (
+        f"driver failed (screenshots in {shots}):\n{report}\n--- server log ---\n"
+        f"{server.log()[-3000:]}")
+    return steps, report
+
+
+def _shown(step: dict[str, Any]) -> dict[str, Any]:
+    """What a driver step saw, without its name and time."""
+    return {k: v for k, v in step.items() if k not in ("step", "ms")}
+
+
+@pytest.mark.rule("R-236", "R-277")
+@pytest.mark.timeout(300)
+def test_panel_generation_placeholders_and_chat_canvas(
+        node: str, kernel_lab_server: ServerProcess, tmp_path: Path) -> None:
+    """R-236 and R-277 in a real browser. A run_code call declares two files, sleeps, writes
+    one and displays a PNG. While it runs, the Artifacts pane shows both as "Generating …"
+    with nothing to act on; once it settles, the written one is that exact stored version
+    with a working Download button and the other is gone; the image is on the chat canvas
+    under the call, as a checked ``data:image/png;base64,`` source, with the answer. A reload
+    (every live frame lost) rebuilds the same state from the journal."""
+    shots = Path(os.environ.get("KAIZEN_E2E_SCREENSHOTS", tmp_path / "screenshots"))
+    shots.mkdir(parents=True, exist_ok=True)
+    steps, report = _run_driver(node, kernel_lab_server, shots, "generation")
+
+    # What the journal holds: the placeholders, the one stored file, the canvas image.
+    conversation_id = steps["done"]["conversationId"]
+    with httpx.Client(base_url=kernel_lab_server.base_url, timeout=30,
+                      headers={"Authorization": f"token {SERVER_TOKEN}"}) as api:
+        events = api.get(f"kaizen/api/conversations/{conversation_id}/journal",
+                         params={"limit": 1000}).json()["events"]
+    [requested] = [e["data"] for e in events
+                   if e["type"] == "tool.requested" and e["data"]["name"] == "run_code"]
+    [settled] = [e["data"] for e in events
+                 if e["type"] == "tool.settled" and e["data"]["name"] == "run_code"]
+    assert requested["placeholders"] == [{"target": t} for t in GENERATED_TARGETS]
+    assert settled["outcome"] == "ok", settled
+    [stored] = settled["files"]
+    artifact_id = stored["artifact_id"]
+    assert (stored["target"], stored["version"]) == ("summary.csv", 1), stored
+    [image] = settled["canvas"]
+    assert ON_SCREEN in settled["content"] and image["data"] not in settled["content"]
+
+    # While the program ran: two placeholders, busy, with no control at all.
+    generating = steps["generating"]
+    assert generating["runCode"] == "running", report
+    assert generating["generating"] == [
+        {"target": t, "title": f"Generating {t}…", "busy": "true", "controls": 0}
+        for t in GENERATED_TARGETS], report
+    assert generating["generated"] == [] and generating["listed"] == [], report
+
+    # Settled (the listing held back): the written file as its stored version, downloadable;
+    # the placeholder of the file never written is gone.
+    generated = steps["generated"]
+    assert generated["runCode"] == "ok", report
+    assert generated["generating"] == [], report
+    assert generated["generated"] == [
+        {"target": "summary.csv", "artifactId": artifact_id, "version": "1",
+         "title": "summary.csv", "download": "Download"}], report
+    downloaded = steps["generated-downloaded"]
+    assert downloaded["filename"] == "summary.csv"
+    assert downloaded["content"] == "region,total\nnorth,12\n"
+    assert downloaded["route"] == f"/kaizen/api/artifacts/{artifact_id}/versions/1/download"
+    assert downloaded["conversationId"] == conversation_id
+    # Once the listing carries that version, its entry is the file.
+    listed = steps["listed"]
+    assert listed["generating"] == [] and listed["generated"] == [], report
+    assert listed["listed"] == [{"artifactId": artifact_id, "title": "summary.csv"}], report
+
+    # The chat canvas: the image the program displayed, under the run_code call, decoded by
+    # the browser at its real size, and the answer.
+    canvas = steps["canvas"]
+    assert canvas["images"] == [{
+        "src": f"data:image/png;base64,{image['data']}", "alt": image["alt"],
+        "naturalWidth": 24, "naturalHeight": 24, "tool": "run_code"}], report
+    assert canvas["answers"] == [GENERATED_ANSWER], report
+
+    # After a reload, the journal alone gives the same pane and the same canvas.
+    reloaded = steps["reloaded"]
+    assert reloaded["generated"] == _shown(generated), report
+    assert reloaded["listed"] == _shown(listed), report
+    assert reloaded["canvas"] == _shown(canvas), report
+    for shot in ("panel-generating.png", "panel-generated.png", "panel-canvas.png",
+                 "panel-canvas-reloaded.png", "panel-generated-reloaded.png"):
+        assert (shots / shot).exists(), shot
