@@ -107,7 +107,7 @@ def test_a_tool_outside_the_agents_ceiling_never_runs(model_server: ServerProces
         assert settled and all(e["data"]["outcome"] != "ok" for e in settled)
 
 
-@pytest.mark.rule("R-008", "R-009")
+@pytest.mark.rule("R-008", "R-009", "R-352")
 def test_a_transient_provider_failure_is_retried_before_commit(
     model_server: ServerProcess,
 ) -> None:
@@ -120,6 +120,7 @@ def test_a_transient_provider_failure_is_retried_before_commit(
         assert "retry.scheduled" in types
 
 
+@pytest.mark.rule("R-351")
 def test_a_deterministic_provider_failure_settles_without_leaking(
     model_server: ServerProcess,
 ) -> None:
@@ -128,7 +129,13 @@ def test_a_deterministic_provider_failure_settles_without_leaking(
         accepted = _send(alice, room, "broken request")
         run = _settled(alice, accepted["run_id"])
         assert run["status"] == "failed" and run["outcome"] == "provider_invalid_request"
+        events = _events(alice, room, accepted["run_id"])
         assert "secret-ish" not in str(_events(alice, room))
+        # One content-free diagnostic, and the identical payload is not sent again.
+        assert [e["type"] for e in events].count("model.step.started") == 1
+        assert "retry.scheduled" not in [e["type"] for e in events]
+        [terminal] = [e for e in events if e["type"] == "run.terminal"]
+        assert terminal["data"]["reason"] == "provider_invalid_request"
 
 
 @pytest.mark.rule("R-024", "R-025")

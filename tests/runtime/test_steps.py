@@ -98,7 +98,7 @@ async def test_thinking_never_enters_later_model_history() -> None:
     assert later.messages[-2].role == "assistant" and later.messages[-1].role == "tool"
 
 
-@pytest.mark.rule("R-008")
+@pytest.mark.rule("R-008", "R-352")
 async def test_retries_are_bounded_by_the_budget() -> None:
     flaky = [Raise(ModelStepError("upstream_503", retryable=True))]
     host = FakeHost([flaky, flaky, flaky])
@@ -125,7 +125,7 @@ async def test_no_automatic_retry_after_answer_text_was_published() -> None:
     assert host.of("retry.scheduled") == []
 
 
-@pytest.mark.rule("R-008", "R-013")
+@pytest.mark.rule("R-008", "R-013", "R-351")
 async def test_deterministic_failure_is_never_replayed() -> None:
     host = FakeHost(
         [[Raise(ModelStepError("invalid_tool_schema", retryable=False))], say("unreachable")]
