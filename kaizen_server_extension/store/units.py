@@ -38,7 +38,7 @@ from typing import Any, Generic, TypeVar
 
 import asyncpg
 from sqlalchemy.engine import Dialect
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
@@ -362,49 +362,50 @@ _DISCONNECTED = (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionErro
 
 class PostgresRunner(DirectRunner):
     """On asyncpg from a pool of its own: the same database, user and ``search_path`` as the
-    store's engine, no pre-ping (three round trips per checkout). A connection found dead at
-    BEGIN is discarded and the unit runs once more on a fresh one."""
+    store's engine. No SQLAlchemy pool in between (its checkout and checkin are greenlet
+    hops, and its pre-ping three round trips), and no reset query when a connection goes
+    back: a unit ends its own transaction. A connection found dead at BEGIN is dropped and
+    the unit runs once more on a fresh one."""
 
     def __init__(self, engine: AsyncEngine, pool_size: int = 4) -> None:
         super().__init__(engine)
         self._pool_size = pool_size
-        self._engine: AsyncEngine | None = None
+        self._pool: asyncpg.Pool | None = None
         self._starting = asyncio.Lock()
 
-    async def _direct_engine(self) -> AsyncEngine:
-        if self._engine is None:
+    async def _connections(self) -> asyncpg.Pool:
+        if self._pool is None:
             async with self._starting:
-                if self._engine is None:
+                if self._pool is None:
                     async with self._main.connect() as connection:
                         search_path = (await connection.exec_driver_sql(
                             "SHOW search_path")).scalar_one()
-                    self._engine = create_async_engine(
-                        # Units are short: a few connections serve many turns, and every
-                        # server process on the database adds its own (docs/architecture.md).
-                        self._main.url, pool_size=self._pool_size,
-                        max_overflow=self._pool_size,
-                        pool_pre_ping=False,
-                        connect_args={"server_settings": {"search_path": search_path}})
-        return self._engine
+                    url = self._main.url.set(drivername="postgresql")
+                    # Units are short: a few connections serve many turns, and every server
+                    # process on the database adds its own (docs/architecture.md).
+                    self._pool = await asyncpg.create_pool(
+                        url.render_as_string(hide_password=False), min_size=1,
+                        max_size=2 * self._pool_size,
+                        server_settings={"search_path": search_path},
+                        reset=_end_open_transaction)
+        return self._pool
 
     async def run(self, unit: Unit[T], *, write: bool,
                   durable: bool) -> tuple[T, list[EventRecord]]:
-        engine = await self._direct_engine()
+        pool = await self._connections()
         for attempt in (1, 2):
-            async with engine.connect() as connection:
-                pg = (await connection.get_raw_connection()).driver_connection
-                assert pg is not None
+            async with pool.acquire() as pg:
                 try:
                     await pg.execute(_PG_BEGIN[(write, durable)])
                 except _DISCONNECTED:
-                    await connection.invalidate()
+                    pg.terminate()
                     if attempt == 2:
                         raise
                     continue
-                return await self._run_begun(connection, pg, unit)
+                return await self._run_begun(pg, unit)
         raise AssertionError("unreachable")
 
-    async def _run_begun(self, connection: AsyncConnection, pg: Any,
+    async def _run_begun(self, pg: asyncpg.Connection,
                          unit: Unit[T]) -> tuple[T, list[EventRecord]]:
         self.counts.transactions += 1
         stepping = _Stepping(unit)
@@ -420,16 +421,23 @@ class PostgresRunner(DirectRunner):
                 if pg.is_in_transaction():
                     await pg.execute("ROLLBACK")
             except Exception:
-                await connection.invalidate()
+                pg.terminate()  # never hand a connection in an unknown state to the next unit
             raise
         finally:
             stepping.close()
         return stepping.outcome()
 
     async def dispose(self) -> None:
-        if self._engine is not None:
-            await self._engine.dispose()
-            self._engine = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+
+async def _end_open_transaction(pg: asyncpg.Connection) -> None:
+    """The pool's reset: a unit ends its transaction itself, so normally there is nothing to
+    do and no round trip; one left open by an interrupted unit is rolled back."""
+    if pg.is_in_transaction():
+        await pg.execute("ROLLBACK")
 
 
 async def run_in_session(session: Any, unit: Unit[T]) -> tuple[T, list[EventRecord]]:
