@@ -9,6 +9,7 @@ start request would reach the kernel and fail the test.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -89,33 +90,25 @@ class KernelGateway:
     url: str
     process: subprocess.Popen[bytes]
     log_path: Path
+    token: str = GATEWAY_TOKEN
 
     def kernels(self) -> list[dict[str, Any]]:
         response = httpx.get(f"{self.url}/api/kernels",
-                             headers={"Authorization": f"token {GATEWAY_TOKEN}"}, timeout=5)
+                             headers={"Authorization": f"token {self.token}"}, timeout=5)
         response.raise_for_status()
         return list(response.json())
 
 
-@pytest.fixture(scope="module")
-def kernel_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelGateway]:
-    root = tmp_path_factory.mktemp("kernel-gateway")
-    port = free_port()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("KAIZEN_", "KERNEL_")) and "DATABASE" not in k}
-    env.update({
-        "JUPYTER_RUNTIME_DIR": str(root / "runtime"), "JUPYTER_DATA_DIR": str(root / "data"),
-        "JUPYTER_CONFIG_DIR": str(root / "config"),
-        "KG_LIST_KERNELS": "True", "KG_ENV_WHITELIST": GATEWAY_ACCEPTS,
-    })
+@contextlib.contextmanager
+def running_gateway(command: list[str], env: dict[str, str], root: Path, port: int,
+                    token: str = GATEWAY_TOKEN) -> Iterator[KernelGateway]:
+    """Start ``jupyter kernelgateway`` (``command``) in ``root``, wait until it lists
+    kernels, and stop it afterwards."""
     log_path = root / "gateway.log"
-    command = [sys.executable, "-m", "kernel_gateway", "--KernelGatewayApp.ip=127.0.0.1",
-               f"--KernelGatewayApp.port={port}",
-               f"--KernelGatewayApp.auth_token={GATEWAY_TOKEN}"]
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(command, env=env, cwd=root, stdout=log_file,
                                    stderr=subprocess.STDOUT)
-    gateway = KernelGateway(f"http://127.0.0.1:{port}", process, log_path)
+    gateway = KernelGateway(f"http://127.0.0.1:{port}", process, log_path, token)
     deadline = time.monotonic() + 60
     try:
         while True:
@@ -136,6 +129,24 @@ def kernel_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelG
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(5)
+
+
+@pytest.fixture(scope="module")
+def kernel_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelGateway]:
+    root = tmp_path_factory.mktemp("kernel-gateway")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("KAIZEN_", "KERNEL_")) and "DATABASE" not in k}
+    env.update({
+        "JUPYTER_RUNTIME_DIR": str(root / "runtime"), "JUPYTER_DATA_DIR": str(root / "data"),
+        "JUPYTER_CONFIG_DIR": str(root / "config"),
+        "KG_LIST_KERNELS": "True", "KG_ENV_WHITELIST": GATEWAY_ACCEPTS,
+    })
+    command = [sys.executable, "-m", "kernel_gateway", "--KernelGatewayApp.ip=127.0.0.1",
+               f"--KernelGatewayApp.port={port}",
+               f"--KernelGatewayApp.auth_token={GATEWAY_TOKEN}"]
+    with running_gateway(command, env, root, port) as gateway:
+        yield gateway
 
 
 def _gateway_args(url: str) -> list[str]:

@@ -16,16 +16,12 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import pytest_asyncio
 from kaizen_plugins.workspace import edit_workspace, read_workspace
@@ -38,6 +34,7 @@ from kaizen_kernel.resources import VerifiedResources
 from kaizen_kernel.service import RunCodeConfig, RunCodeService
 from kaizen_server_extension.runtime.port import FailureDomain
 from tests.hashline.test_tools import Ctx
+from tests.kernel.test_gateway import KernelGateway, running_gateway
 from tests.kernel.test_shared_resources import (
     CSV,
     NOTES,
@@ -51,19 +48,6 @@ from tests.support.server import free_port
 GATEWAY_TOKEN = "transfer-gateway-token"
 # Root keeps its uid (the interpreter lives under /root) but loses the permission overrides.
 WITHOUT_OVERRIDES = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner"]
-
-
-@dataclass
-class KernelGateway:
-    url: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    def kernels(self) -> list[dict[str, Any]]:
-        response = httpx.get(f"{self.url}/api/kernels",
-                             headers={"Authorization": f"token {GATEWAY_TOKEN}"}, timeout=5)
-        response.raise_for_status()
-        return list(response.json())
 
 
 @pytest.fixture(scope="module")
@@ -80,39 +64,14 @@ def unprivileged_gateway() -> Iterator[KernelGateway]:
         "JUPYTER_RUNTIME_DIR": str(root / "runtime"), "JUPYTER_DATA_DIR": str(root / "data"),
         "JUPYTER_CONFIG_DIR": str(root / "config"), "KG_LIST_KERNELS": "True",
     })
-    log_path = root / "gateway.log"
     command = [*(WITHOUT_OVERRIDES if as_root else []),
                sys.executable, "-m", "kernel_gateway", "--KernelGatewayApp.ip=127.0.0.1",
                f"--KernelGatewayApp.port={port}",
                f"--KernelGatewayApp.auth_token={GATEWAY_TOKEN}"]
     try:
-        with log_path.open("wb") as log_file:
-            process = subprocess.Popen(command, env=env, cwd=root, stdout=log_file,
-                                       stderr=subprocess.STDOUT)
-    except OSError:
-        shutil.rmtree(root, ignore_errors=True)
-        raise
-    gateway = KernelGateway(f"http://127.0.0.1:{port}", process, log_path)
-    deadline = time.monotonic() + 60
-    try:
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"kernel gateway exited:\n{log_path.read_text()[-3000:]}")
-            try:
-                gateway.kernels()
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-        yield gateway
+        with running_gateway(command, env, root, port, GATEWAY_TOKEN) as gateway:
+            yield gateway
     finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
         shutil.rmtree(root, ignore_errors=True)
 
 
