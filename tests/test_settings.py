@@ -100,50 +100,38 @@ def test_out_of_bounds_values_name_the_setting(name: str, value: str) -> None:
         RuntimeSettings.from_environ({name: value})
 
 
-def test_server_refuses_to_start_with_an_out_of_bounds_setting(tmp_path: Path) -> None:
-    server = start_server(tmp_path, sqlite_url_for(tmp_path / "k.db"),
-                          extra_env={"AGENT_LOOP_MAX_CYCLES": "100000"}, wait=False)
+def _refused_start_up_log(tmp_path: Path, env: dict[str, str]) -> str:
+    """Start a server with ``env``; it must exit non-zero. Its log."""
+    server = start_server(tmp_path, sqlite_url_for(tmp_path / "k.db"), extra_env=env,
+                          wait=False)
     try:
         code = server.process.wait(60)
     finally:
         server.stop()
     assert code != 0
-    assert "AGENT_LOOP_MAX_CYCLES" in server.log()
+    return server.log()
+
+
+def test_server_refuses_to_start_with_an_out_of_bounds_setting(tmp_path: Path) -> None:
+    log = _refused_start_up_log(tmp_path, {"AGENT_LOOP_MAX_CYCLES": "100000"})
+    assert "AGENT_LOOP_MAX_CYCLES" in log
 
 
 def test_server_refuses_an_unreadable_library_flag(tmp_path: Path) -> None:
-    server = start_server(tmp_path, sqlite_url_for(tmp_path / "k.db"),
-                          extra_env={"KAIZEN_LIBRARY_ENABLED": "sometimes"}, wait=False)
-    try:
-        code = server.process.wait(60)
-    finally:
-        server.stop()
-    assert code != 0
-    assert "Invalid setting KAIZEN_LIBRARY_ENABLED" in server.log()
+    log = _refused_start_up_log(tmp_path, {"KAIZEN_LIBRARY_ENABLED": "sometimes"})
+    assert "Invalid setting KAIZEN_LIBRARY_ENABLED" in log
 
 
 def test_server_refuses_an_unknown_sandbox_jail_mode(tmp_path: Path) -> None:
-    server = start_server(tmp_path, sqlite_url_for(tmp_path / "k.db"),
-                          extra_env={"KAIZEN_SANDBOX_JAIL": "sometimes"}, wait=False)
-    try:
-        code = server.process.wait(60)
-    finally:
-        server.stop()
-    assert code != 0
-    assert "Invalid setting KAIZEN_SANDBOX_JAIL" in server.log()
+    log = _refused_start_up_log(tmp_path, {"KAIZEN_SANDBOX_JAIL": "sometimes"})
+    assert "Invalid setting KAIZEN_SANDBOX_JAIL" in log
 
 
 def test_a_required_jail_without_bubblewrap_stops_start_up(tmp_path: Path) -> None:
     # A PATH with only the interpreter's bin: bwrap cannot be found, whatever is installed.
-    server = start_server(tmp_path, sqlite_url_for(tmp_path / "k.db"), wait=False,
-                          extra_env={"KAIZEN_SANDBOX_JAIL": "required",
-                                     "PATH": str(Path(sys.executable).parent)})
-    try:
-        code = server.process.wait(60)
-    finally:
-        server.stop()
-    assert code != 0
-    assert "'required' but bubblewrap (bwrap) is not installed" in server.log()
+    log = _refused_start_up_log(tmp_path, {"KAIZEN_SANDBOX_JAIL": "required",
+                                           "PATH": str(Path(sys.executable).parent)})
+    assert "'required' but bubblewrap (bwrap) is not installed" in log
 
 
 def test_extension_is_listed_by_jupyter() -> None:
