@@ -25,17 +25,16 @@ from typing import Any
 
 from kaizen_server_extension.lanes.service import FrozenTools, resource_digest
 from kaizen_server_extension.lanes.tooling import PipelineToolBackend
-from kaizen_server_extension.runtime.port import (
-    AuthorityBundle,
-    Capability,
+from kaizen_server_extension.protocol.authority import AuthorityBundle
+from kaizen_server_extension.protocol.model import (
     StepEvent,
     StepFinished,
     StepSnapshot,
     TextDelta,
-    ToolCall,
     ToolCallEmitted,
     Usage,
 )
+from kaizen_server_extension.protocol.tools import Capability, ToolCall
 from kaizen_server_extension.store import Store, create_engine, upgrade
 from kaizen_server_extension.store.engine import sqlite_url_for
 from kaizen_server_extension.store.records import (

@@ -42,11 +42,7 @@ from kaizen_server_extension.local_model import (  # noqa: E402
     configured_model_path,
     llama_cpp_available,
 )
-from kaizen_server_extension.runtime.port import (  # noqa: E402
-    ChatMessage,
-    StepSnapshot,
-    TextDelta,
-)
+from kaizen_server_extension.protocol.model import ChatMessage, StepSnapshot, TextDelta  # noqa: E402
 
 BENCH = "local_model"
 PROMPT = ("Explain in about a hundred words what a Jupyter kernel is and why a notebook "

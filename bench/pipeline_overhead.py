@@ -43,12 +43,8 @@ from prometheus_client import CollectorRegistry
 from kaizen_server_extension.lanes.tooling import RunToolContext
 from kaizen_server_extension.policy.approvals import ApprovalMode
 from kaizen_server_extension.policy.authority import FixedApprovalMode, FixedBundleAuthority
-from kaizen_server_extension.runtime.port import (
-    AuthorityBundle,
-    ToolCallRequest,
-    ToolCallResult,
-    ToolOutcome,
-)
+from kaizen_server_extension.protocol.authority import AuthorityBundle
+from kaizen_server_extension.protocol.tools import ToolCallRequest, ToolCallResult, ToolOutcome
 from kaizen_server_extension.store.runs import RunLane
 from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.tools.metrics import ToolMetrics

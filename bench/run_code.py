@@ -41,7 +41,7 @@ from kaizen_kernel.bridge import bridge_handlers, bridge_url
 from kaizen_kernel.leases import KernelLease
 from kaizen_kernel.limits import ExecutionBudget
 from kaizen_kernel.service import RunCodeConfig, RunCodeService
-from kaizen_server_extension.runtime.port import Capability
+from kaizen_server_extension.protocol.tools import Capability
 
 READ_TOOLS = {"echo": Capability.READ}
 
@@ -74,7 +74,8 @@ async def through_pipeline(service: RunCodeService, n: int, direct_p50_us: float
 
     from kaizen_server_extension.lanes.host import RunHost
     from kaizen_server_extension.lanes.tooling import PipelineToolBackend
-    from kaizen_server_extension.runtime.port import ToolCallRequest, TraceEvent
+    from kaizen_server_extension.protocol.tools import ToolCallRequest
+    from kaizen_server_extension.runtime.port import TraceEvent
     from kaizen_server_extension.store.runs import RunLane
     from kaizen_server_extension.tools.registry import ToolRegistry
 

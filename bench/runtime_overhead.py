@@ -57,18 +57,15 @@ from benchkit import (
 
 from kaizen_server_extension.lanes.host import RunHost
 from kaizen_server_extension.policy.synthesis import SYNTHESIS
+from kaizen_server_extension.protocol.authority import AuthorityBundle
+from kaizen_server_extension.protocol.model import ChatMessage, StepEvent, StepSnapshot
+from kaizen_server_extension.protocol.tools import ToolCallRequest, ToolCallResult
 from kaizen_server_extension.runtime.controller import TurnController
 from kaizen_server_extension.runtime.port import (
-    AuthorityBundle,
     Budgets,
-    ChatMessage,
     RunManifest,
-    StepEvent,
-    StepSnapshot,
     TerminalOutcome,
     TerminalStatus,
-    ToolCallRequest,
-    ToolCallResult,
     TraceEvent,
 )
 from kaizen_server_extension.store.runs import RunLane

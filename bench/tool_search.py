@@ -26,7 +26,7 @@ from typing import Any
 
 from benchkit import emit, now_ns, parse_args, percentile, ratio, summary, us
 
-from kaizen_server_extension.runtime.port import Capability
+from kaizen_server_extension.protocol.tools import Capability
 from kaizen_server_extension.tools import discovery
 from kaizen_server_extension.tools.catalog import TOOL_SEARCH_NAME, FrozenCatalog, freeze_catalog
 from kaizen_server_extension.tools.discovery import index_for, search_tools, tokenize

@@ -37,20 +37,20 @@ from pipeline_overhead import MEMORY_BUNDLE, memory_caller
 
 from kaizen_server_extension.lanes.service import LaneConfig, LaneService
 from kaizen_server_extension.policy.synthesis import SYNTHESIS
-from kaizen_server_extension.runtime.controller import TurnController
-from kaizen_server_extension.runtime.port import (
+from kaizen_server_extension.protocol.authority import AuthorityBundle
+from kaizen_server_extension.protocol.model import ChatMessage, StepEvent, StepSnapshot
+from kaizen_server_extension.protocol.tools import (
     AdvertisedTool,
-    AuthorityBundle,
-    Budgets,
     Capability,
-    ChatMessage,
-    RunManifest,
-    StepEvent,
-    StepSnapshot,
-    TerminalOutcome,
-    TerminalStatus,
     ToolCallRequest,
     ToolCallResult,
+)
+from kaizen_server_extension.runtime.controller import TurnController
+from kaizen_server_extension.runtime.port import (
+    Budgets,
+    RunManifest,
+    TerminalOutcome,
+    TerminalStatus,
     TraceEvent,
 )
 from kaizen_server_extension.store.records import EventRecord

@@ -31,8 +31,9 @@ import tornado.web
 
 from kaizen_kernel.leases import KernelLease, LeaseManager
 from kaizen_kernel.schema import TOOL_NAME
-from kaizen_server_extension.runtime.port import AuthorityRejected, Capability, RunCancelled
-from kaizen_server_extension.tools.types import MemberSafeError
+from kaizen_server_extension.protocol.authority import AuthorityRejected
+from kaizen_server_extension.protocol.errors import MemberSafeError, RunCancelled
+from kaizen_server_extension.protocol.tools import Capability
 
 log = logging.getLogger(__name__)
 

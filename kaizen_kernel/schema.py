@@ -15,9 +15,7 @@ from typing import Any
 import jsonschema
 
 from kaizen_kernel.files import MAX_TARGET_CHARS, MAX_TARGETS, TargetRejected, validate_targets
-from kaizen_server_extension.tools.types import (
-    MemberSafeError,
-)
+from kaizen_server_extension.protocol.errors import MemberSafeError
 
 TOOL_NAME = "run_code"
 LANGUAGES = ("python", "node")

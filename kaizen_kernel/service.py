@@ -39,7 +39,7 @@ from kaizen_kernel.schema import (
     RunCodeArgumentsError,
     parse_arguments,
 )
-from kaizen_server_extension.runtime.port import (
+from kaizen_server_extension.protocol.tools import (
     CanvasItem,
     Capability,
     FailureDomain,

@@ -377,7 +377,7 @@ class KaizenApp(ExtensionApp):
         from kaizen_kernel.leases import KernelLease
         from kaizen_kernel.service import RunCodeConfig, RunCodeService
         from kaizen_server_extension.lanes.tooling import BridgeBinding
-        from kaizen_server_extension.tools.types import MemberSafeError
+        from kaizen_server_extension.protocol.errors import MemberSafeError
 
         pool_size = int(os.environ.get("KAIZEN_KERNEL_POOL_SIZE", "1"))
         # Kernels on another host (a gateway) reach the bridge at the URL the operator gives.

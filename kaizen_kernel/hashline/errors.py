@@ -9,7 +9,7 @@ rolled back).
 
 from __future__ import annotations
 
-from kaizen_server_extension.tools.types import MemberSafeError
+from kaizen_server_extension.protocol.errors import MemberSafeError
 
 
 class HashlineError(MemberSafeError):

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, StrictBool
 from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler
-from kaizen_server_extension.errors import BadRequest, NotFound, SchemaViolation
+from kaizen_server_extension.protocol.errors import BadRequest, NotFound, SchemaViolation
 from kaizen_server_extension.store.tool_policies import EVERYONE, ToolPolicyAdmin
 from kaizen_server_extension.tools.decorators import TOOL_NAME_RE
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, StringConstraints
 from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler
-from kaizen_server_extension.errors import BadRequest
+from kaizen_server_extension.protocol.errors import BadRequest
 from kaizen_server_extension.store.artifacts import ArtifactStore, ArtifactVersionRecord
 
 ARTIFACT_ID = r"[^/]{1,128}"

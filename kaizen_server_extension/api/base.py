@@ -12,7 +12,12 @@ from pydantic import BaseModel, ValidationError
 from tornado import web
 
 from kaizen_server_extension.app import KaizenContext
-from kaizen_server_extension.errors import BadRequest, MemberError, SchemaViolation, TooLarge
+from kaizen_server_extension.protocol.errors import (
+    BadRequest,
+    MemberError,
+    SchemaViolation,
+    TooLarge,
+)
 
 log = logging.getLogger("kaizen.api")
 

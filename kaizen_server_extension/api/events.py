@@ -27,8 +27,8 @@ from tornado.iostream import StreamClosedError
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
 from kaizen_server_extension.app import KaizenContext
-from kaizen_server_extension.errors import BadRequest, MemberError, NotFound
 from kaizen_server_extension.events import LiveEvent, Resync, Subscription
+from kaizen_server_extension.protocol.errors import BadRequest, MemberError, NotFound
 from kaizen_server_extension.store.records import EventRecord
 
 log = logging.getLogger("kaizen.api")

@@ -20,7 +20,7 @@ from kaizen_server_extension.api.notifications import (
     NotificationsHandler,
 )
 from kaizen_server_extension.api.openapi import openapi_document
-from kaizen_server_extension.errors import BadRequest, NotFound, TooLarge
+from kaizen_server_extension.protocol.errors import BadRequest, NotFound, TooLarge
 from kaizen_server_extension.store.records import AgentRecord
 
 ID = r"[^/]{1,128}"

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler
-from kaizen_server_extension.errors import Conflict, Forbidden, NotFound
+from kaizen_server_extension.protocol.errors import Conflict, Forbidden, NotFound
 
 # Where app.py puts the KernelConsoles once run_code's kernels have started.
 SETTINGS_KEY = "kaizen_kernel_consoles"

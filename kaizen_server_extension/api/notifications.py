@@ -18,8 +18,8 @@ from kaizen_server_extension.api.base import KaizenHandler
 from kaizen_server_extension.api.events import ConversationEventsHandler
 from kaizen_server_extension.api.schemas import OpenDestination
 from kaizen_server_extension.app import KaizenContext
-from kaizen_server_extension.errors import BadRequest
 from kaizen_server_extension.lanes.inbox import CompletionInbox, PresenceRegistry
+from kaizen_server_extension.protocol.errors import BadRequest
 
 
 def _inbox(kaizen: KaizenContext) -> CompletionInbox:

@@ -12,15 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kaizen_server_extension.gateway import errors
-from kaizen_server_extension.runtime.port import (
+from kaizen_server_extension.protocol.model import (
     StepEvent,
     StepFinished,
     TextDelta,
     ThinkingDelta,
-    ToolCall,
     ToolCallEmitted,
     Usage,
 )
+from kaizen_server_extension.protocol.tools import ToolCall
 
 
 @dataclass(frozen=True, slots=True)

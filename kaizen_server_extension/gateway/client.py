@@ -16,7 +16,7 @@ from kaizen_server_extension.gateway.config import GatewayConfig
 from kaizen_server_extension.gateway.content_tools import ContentToolCalls
 from kaizen_server_extension.gateway.payload import RESERVED_KEYS, advertised_tools, build_payload
 from kaizen_server_extension.gateway.sse import DONE, iter_sse_data
-from kaizen_server_extension.runtime.port import StepEvent, StepSnapshot
+from kaizen_server_extension.protocol.model import StepEvent, StepSnapshot
 
 log = logging.getLogger(__name__)
 

@@ -43,12 +43,8 @@ from typing import Any, Literal
 import jsonschema
 
 from kaizen_server_extension.gateway.payload import advertised_tools, to_plain_json
-from kaizen_server_extension.runtime.port import (
-    AdvertisedTool,
-    ChatMessage,
-    StepSnapshot,
-    ToolCall,
-)
+from kaizen_server_extension.protocol.model import ChatMessage, StepSnapshot
+from kaizen_server_extension.protocol.tools import AdvertisedTool, ToolCall
 
 ANSWER_KEY = "answer"
 TOOL_KEY = "tool"

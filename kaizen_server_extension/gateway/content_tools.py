@@ -17,14 +17,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kaizen_server_extension.gateway.constrained import validate_arguments
-from kaizen_server_extension.runtime.port import (
-    AdvertisedTool,
+from kaizen_server_extension.protocol.model import (
     StepEvent,
     StepFinished,
     TextDelta,
-    ToolCall,
     ToolCallEmitted,
 )
+from kaizen_server_extension.protocol.tools import AdvertisedTool, ToolCall
 
 _FENCED = re.compile(r"\A```[ \t]*(?:json|JSON|tool_call)?[ \t]*\n?(?P<body>.*?)\n?```\Z",
                      re.DOTALL)

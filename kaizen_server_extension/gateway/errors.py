@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import httpx
 
-from kaizen_server_extension.runtime.port import ModelStepError
+from kaizen_server_extension.protocol.model import ModelStepError
 
 # Deterministic: replaying the same request cannot succeed.
 INVALID_REQUEST: Final = "provider_invalid_request"

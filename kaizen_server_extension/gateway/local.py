@@ -44,8 +44,7 @@ from kaizen_server_extension.gateway.constrained import (
     render_messages,
 )
 from kaizen_server_extension.gateway.payload import advertised_tools
-from kaizen_server_extension.runtime.port import (
-    AdvertisedTool,
+from kaizen_server_extension.protocol.model import (
     ModelStepError,
     StepEvent,
     StepFinished,
@@ -54,6 +53,7 @@ from kaizen_server_extension.runtime.port import (
     ToolCallEmitted,
     Usage,
 )
+from kaizen_server_extension.protocol.tools import AdvertisedTool
 
 log = logging.getLogger(__name__)
 

@@ -10,12 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kaizen_server_extension.runtime.port import (
-    AdvertisedTool,
-    ChatMessage,
-    ModelStepError,
-    StepSnapshot,
-)
+from kaizen_server_extension.protocol.model import ChatMessage, ModelStepError, StepSnapshot
+from kaizen_server_extension.protocol.tools import AdvertisedTool
 
 # Keys the gateway owns; ``GatewayConfig.extra_params`` may not override them.
 RESERVED_KEYS = frozenset({"model", "messages", "stream", "stream_options", "tools", "tool_choice"})

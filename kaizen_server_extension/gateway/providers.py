@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kaizen_server_extension.runtime.port import StepEvent, StepSnapshot
+from kaizen_server_extension.protocol.model import StepEvent, StepSnapshot
 
 PROVIDER_SETTING = "KAIZEN_MODEL_PROVIDER"
 OPENAI_COMPATIBLE = "openai-compatible"

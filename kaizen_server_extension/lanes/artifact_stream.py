@@ -24,10 +24,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
-from kaizen_server_extension.errors import MemberError
 from kaizen_server_extension.gateway.assembly import ToolArgumentsDelta
 from kaizen_server_extension.policy.approvals import decide
-from kaizen_server_extension.runtime.port import StepEvent, StepFinished, StepSnapshot
+from kaizen_server_extension.protocol.errors import MemberError
+from kaizen_server_extension.protocol.model import StepEvent, StepFinished, StepSnapshot
 from kaizen_server_extension.store.artifact_checkpoints import (
     CheckpointRecord,
     CheckpointScope,

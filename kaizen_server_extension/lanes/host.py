@@ -23,18 +23,11 @@ from datetime import timedelta
 from typing import Any
 
 from kaizen_server_extension.policy.redaction import redact, redact_text, withhold
-from kaizen_server_extension.runtime.port import (
-    AuthorityBundle,
-    AuthorityRejected,
-    RunCancelled,
-    StepEvent,
-    StepSnapshot,
-    StoredFile,
-    TerminalOutcome,
-    ToolCallRequest,
-    ToolCallResult,
-    TraceEvent,
-)
+from kaizen_server_extension.protocol.authority import AuthorityBundle, AuthorityRejected
+from kaizen_server_extension.protocol.errors import RunCancelled
+from kaizen_server_extension.protocol.model import StepEvent, StepSnapshot
+from kaizen_server_extension.protocol.tools import StoredFile, ToolCallRequest, ToolCallResult
+from kaizen_server_extension.runtime.port import TerminalOutcome, TraceEvent
 from kaizen_server_extension.store.policy import (
     CallFacts,
     HeldAudit,

@@ -21,16 +21,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from kaizen_server_extension.runtime.port import (
+from kaizen_server_extension.protocol.model import ChatMessage
+from kaizen_server_extension.protocol.tools import (
     Capability,
-    ChatMessage,
-    CorrectionRule,
     FailureDomain,
-    ResumePoint,
     ToolCall,
     ToolCallResult,
     ToolOutcome,
 )
+from kaizen_server_extension.runtime.port import CorrectionRule, ResumePoint
 from kaizen_server_extension.store.records import EventRecord
 
 #: The journal events a recovery reads back.

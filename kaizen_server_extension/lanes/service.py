@@ -31,20 +31,16 @@ from kaizen_server_extension.lanes.host import LivePublisher, RunHost, ToolCalle
 from kaizen_server_extension.lanes.inbox import CompletionInbox, PresenceRegistry
 from kaizen_server_extension.lanes.resume import RECOVERY_EVENTS, RunJournal
 from kaizen_server_extension.policy.synthesis import SYNTHESIS
-from kaizen_server_extension.resources import NO_RESOURCES, AdmittedResources
-from kaizen_server_extension.runtime.port import (
-    AdvertisedTool,
-    AuthorityBundle,
-    Budgets,
-    Capability,
-    CorrectionRule,
+from kaizen_server_extension.protocol.authority import AuthorityBundle
+from kaizen_server_extension.protocol.model import (
     ModelStepError,
-    ResumePoint,
-    RunManifest,
     StepEvent,
     StepFinished,
     StepSnapshot,
 )
+from kaizen_server_extension.protocol.tools import AdvertisedTool, Capability
+from kaizen_server_extension.resources import NO_RESOURCES, AdmittedResources
+from kaizen_server_extension.runtime.port import Budgets, CorrectionRule, ResumePoint, RunManifest
 from kaizen_server_extension.runtime.registry import (
     CONTROLLERS,
     DEFAULT_CONTROLLER,

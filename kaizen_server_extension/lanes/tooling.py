@@ -21,10 +21,10 @@ from kaizen_server_extension.lanes.service import FrozenTools
 from kaizen_server_extension.policy.approvals import ApprovalReceipt
 from kaizen_server_extension.policy.errors import ApprovalPending
 from kaizen_server_extension.policy.guardrails import GuardrailChain
-from kaizen_server_extension.runtime.port import (
-    AuthorityBundle,
+from kaizen_server_extension.protocol.authority import AuthorityBundle
+from kaizen_server_extension.protocol.errors import MemberSafeError, RunCancelled
+from kaizen_server_extension.protocol.tools import (
     Capability,
-    RunCancelled,
     ToolCallRequest,
     ToolCallResult,
     ToolOutcome,
@@ -48,7 +48,7 @@ from kaizen_server_extension.tools.discovery import TOOL_SEARCH_NAME
 from kaizen_server_extension.tools.metrics import ToolMetrics
 from kaizen_server_extension.tools.pipeline import ToolPipeline
 from kaizen_server_extension.tools.registry import ToolRegistry
-from kaizen_server_extension.tools.types import MemberSafeError, RegisteredTool
+from kaizen_server_extension.tools.types import RegisteredTool
 
 log = logging.getLogger("kaizen.tools")
 

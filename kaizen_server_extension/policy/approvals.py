@@ -26,7 +26,7 @@ import enum
 import hashlib
 from dataclasses import dataclass
 
-from kaizen_server_extension.runtime.port import Capability
+from kaizen_server_extension.protocol.tools import Capability
 from kaizen_server_extension.tools.types import ToolDescriptor, WriteCategory
 
 

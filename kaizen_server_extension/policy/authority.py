@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kaizen_server_extension.policy.approvals import ApprovalMode
-from kaizen_server_extension.runtime.port import AuthorityBundle, AuthorityRejected
+from kaizen_server_extension.protocol.authority import AuthorityBundle, AuthorityRejected
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ class ApprovalPending(Exception):
 
     Raised by the pipeline instead of a settled result: the host moves the run to
     ``awaiting_approval`` and re-issues the call once the member has decided (R-224, R-238).
-    It is deliberately not a :class:`~kaizen_server_extension.runtime.port.ToolCallResult`, so a
+    It is deliberately not a :class:`~kaizen_server_extension.protocol.tools.ToolCallResult`, so a
     pending approval can never be mistaken for a settled call or counted as one.
     """
 

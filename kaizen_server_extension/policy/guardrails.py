@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kaizen_server_extension.policy.approvals import ApprovalMode
-from kaizen_server_extension.runtime.port import AuthorityBundle, ToolCallRequest, ToolOutcome
+from kaizen_server_extension.protocol.authority import AuthorityBundle
+from kaizen_server_extension.protocol.tools import ToolCallRequest, ToolOutcome
 from kaizen_server_extension.tools.types import ToolDescriptor
 
 log = logging.getLogger("kaizen.policy.guardrails")

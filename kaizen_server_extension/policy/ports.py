@@ -11,7 +11,8 @@ from collections.abc import Awaitable, Mapping
 from typing import Any, Protocol
 
 from kaizen_server_extension.policy.approvals import ApprovalMode, ApprovalReceipt
-from kaizen_server_extension.runtime.port import AuthorityBundle, ToolCallRequest, ToolOutcome
+from kaizen_server_extension.protocol.authority import AuthorityBundle
+from kaizen_server_extension.protocol.tools import ToolCallRequest, ToolOutcome
 from kaizen_server_extension.tools.types import RegisteredTool, ResourceVerdict, ToolDescriptor
 
 

@@ -11,12 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kaizen_server_extension.runtime.port import (
-    AdvertisedTool,
-    ChatMessage,
-    StepSnapshot,
-    ToolCall,
-)
+from kaizen_server_extension.protocol.model import ChatMessage, StepSnapshot
+from kaizen_server_extension.protocol.tools import AdvertisedTool, ToolCall
 
 
 class Transcript:

@@ -80,32 +80,36 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kaizen_server_extension.protocol.authority import AuthorityRejected
+from kaizen_server_extension.protocol.errors import RunCancelled
+from kaizen_server_extension.protocol.model import (
+    ModelStepError,
+    StepEvent,
+    StepFinished,
+    StepSnapshot,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallEmitted,
+)
+from kaizen_server_extension.protocol.tools import (
+    STAGED_PROTOCOL_GROUP,
+    STAGED_PROTOCOL_OPERATIONS,
+    AdvertisedTool,
+    ProtocolFailure,
+    ToolCall,
+    ToolCallRequest,
+    ToolCallResult,
+)
 from kaizen_server_extension.runtime.context import Transcript
 from kaizen_server_extension.runtime.correction import CorrectionMatcher
 from kaizen_server_extension.runtime.fallback import fallback_message
 from kaizen_server_extension.runtime.port import (
-    STAGED_PROTOCOL_GROUP,
-    STAGED_PROTOCOL_OPERATIONS,
-    AdvertisedTool,
-    AuthorityRejected,
     CorrectionRule,
     HostPort,
-    ModelStepError,
-    ProtocolFailure,
     ResumePoint,
-    RunCancelled,
     RunManifest,
-    StepEvent,
-    StepFinished,
-    StepSnapshot,
     TerminalOutcome,
     TerminalStatus,
-    TextDelta,
-    ThinkingDelta,
-    ToolCall,
-    ToolCallEmitted,
-    ToolCallRequest,
-    ToolCallResult,
     TraceEvent,
     TraceKind,
 )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kaizen_server_extension.runtime.port import Capability, ToolCallResult
+from kaizen_server_extension.protocol.tools import Capability, ToolCallResult
 
 _EFFECTFUL = frozenset({Capability.WRITE, Capability.SENSITIVE, Capability.UNDECLARED})
 

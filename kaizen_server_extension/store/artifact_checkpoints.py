@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import or_, select, update
 
-from kaizen_server_extension.errors import Conflict
+from kaizen_server_extension.protocol.errors import Conflict
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.artifact_content import ValidationFailed
 from kaizen_server_extension.store.artifacts import (

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kaizen_server_extension.errors import SchemaViolation
+from kaizen_server_extension.protocol.errors import SchemaViolation
 from kaizen_server_extension.store.models import (
     RESERVED_ARTIFACT_KIND,
     RESERVED_ARTIFACT_LANGUAGE,

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from kaizen_server_extension.errors import Conflict, NotFound
+from kaizen_server_extension.protocol.errors import Conflict, NotFound
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.artifact_content import MAX_TEXT_BYTES, ValidationFailed
 from kaizen_server_extension.store.artifacts import (

@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy import and_, func, select, update
 from sqlalchemy.exc import IntegrityError
 
-from kaizen_server_extension.errors import Conflict, NotFound
+from kaizen_server_extension.protocol.errors import Conflict, NotFound
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.artifact_content import (
     Attestation,

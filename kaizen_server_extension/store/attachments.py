@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import select
 
-from kaizen_server_extension.errors import NotFound
+from kaizen_server_extension.protocol.errors import NotFound
 from kaizen_server_extension.resources import (
     ARTIFACT_REFERENCE,
     MAX_ATTACHMENTS,

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from sqlalchemy import and_, select
 
 from kaizen_server_extension.agents import UNSCOPED, KnowledgeScope
-from kaizen_server_extension.errors import MemberError, NotFound
+from kaizen_server_extension.protocol.errors import MemberError, NotFound
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.artifacts import ArtifactStore, ArtifactVersionRecord
 from kaizen_server_extension.store.store import Store, Tx, new_id, utcnow

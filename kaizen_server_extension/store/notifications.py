@@ -14,7 +14,7 @@ from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from kaizen_server_extension.errors import NotFound
+from kaizen_server_extension.protocol.errors import NotFound
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.store import Store, new_id, utcnow
 

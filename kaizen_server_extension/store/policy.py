@@ -27,14 +27,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from kaizen_server_extension.errors import Conflict, NotFound
 from kaizen_server_extension.policy.approvals import ApprovalMode, ApprovalReceipt, ApprovalStatus
-from kaizen_server_extension.runtime.port import (
-    AuthorityBundle,
-    AuthorityRejected,
-    ToolCallRequest,
-    ToolOutcome,
-)
+from kaizen_server_extension.protocol.authority import AuthorityBundle, AuthorityRejected
+from kaizen_server_extension.protocol.errors import Conflict, NotFound
+from kaizen_server_extension.protocol.tools import ToolCallRequest, ToolOutcome
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.store import Store, Tx, audit_insert, new_id, utcnow
 from kaizen_server_extension.store.units import Unit, fetch

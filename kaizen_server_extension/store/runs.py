@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
-from kaizen_server_extension.errors import Conflict
+from kaizen_server_extension.protocol.errors import Conflict
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.records import EventRecord, RunRecord
 from kaizen_server_extension.store.store import Store, Tx, journal_append, run_record, utcnow

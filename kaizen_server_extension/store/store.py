@@ -23,7 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from kaizen_server_extension.agents import UNSCOPED, KnowledgeScope
-from kaizen_server_extension.errors import Conflict, Forbidden, NotFound
+from kaizen_server_extension.protocol.errors import Conflict, Forbidden, NotFound
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.records import (
     AcceptedInputRecord,

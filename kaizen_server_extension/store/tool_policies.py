@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import delete, select
 
-from kaizen_server_extension.errors import NotFound
+from kaizen_server_extension.protocol.errors import NotFound
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.store import Store, utcnow
 

@@ -4,11 +4,11 @@ Only light modules are imported here: a plugin importing ``tool`` and ``hookimpl
 in the registry, catalog or runner (which import the plugins in turn).
 """
 
-from kaizen_server_extension.runtime.port import Capability
+from kaizen_server_extension.protocol.errors import MemberSafeError
+from kaizen_server_extension.protocol.tools import Capability
 from kaizen_server_extension.tools.decorators import tool
 from kaizen_server_extension.tools.hookspecs import hookimpl
 from kaizen_server_extension.tools.types import (
-    MemberSafeError,
     ResourceContext,
     ResourceVerdict,
     RoomClass,

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kaizen_server_extension.policy.redaction import redact_text
-from kaizen_server_extension.runtime.port import CanvasItem, ToolCallResult
+from kaizen_server_extension.protocol.tools import CanvasItem, ToolCallResult
 
 log = logging.getLogger("kaizen.canvas")
 

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from kaizen_server_extension.runtime.port import AdvertisedTool
+from kaizen_server_extension.protocol.tools import AdvertisedTool
 from kaizen_server_extension.tools._frozen import deep_freeze
 from kaizen_server_extension.tools.schema import Omitted, admit_descriptors, project_schema
 from kaizen_server_extension.tools.types import RoomClass, ToolDescriptor

@@ -14,7 +14,7 @@ from typing import Any
 
 import pydantic
 
-from kaizen_server_extension.runtime.port import Capability
+from kaizen_server_extension.protocol.tools import Capability
 from kaizen_server_extension.tools.types import (
     DEFAULT_TIMEOUT_S,
     AuthorizeImpl,

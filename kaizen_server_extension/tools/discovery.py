@@ -20,11 +20,12 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 from rank_bm25 import BM25Okapi
 
-from kaizen_server_extension.runtime.port import Capability
+from kaizen_server_extension.protocol.errors import MemberSafeError
+from kaizen_server_extension.protocol.tools import Capability
 from kaizen_server_extension.tools.catalog import TOOL_SEARCH_NAME, FrozenCatalog
 from kaizen_server_extension.tools.decorators import tool
 from kaizen_server_extension.tools.hookspecs import ToolRegistrar, hookimpl
-from kaizen_server_extension.tools.types import MemberSafeError, RoomClass, ToolContext
+from kaizen_server_extension.tools.types import RoomClass, ToolContext
 
 MAX_PARENTS = 8
 MAX_MATCHES = 8

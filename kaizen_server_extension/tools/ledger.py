@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from kaizen_server_extension.runtime.port import (
+from kaizen_server_extension.protocol.tools import (
     FailureDomain,
     ToolCallRequest,
     ToolCallResult,

@@ -13,7 +13,7 @@ import logging
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
-from kaizen_server_extension.runtime.port import Capability, FailureDomain, ToolOutcome
+from kaizen_server_extension.protocol.tools import Capability, FailureDomain, ToolOutcome
 
 log = logging.getLogger("kaizen.tools.failures")
 

@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from kaizen_server_extension.runtime.port import FailureDomain
+from kaizen_server_extension.protocol.tools import FailureDomain
 
 FAILED_VOCABULARY = frozenset({
     "error", "errored", "failed", "failure", "fail", "fatal", "exception", "aborted", "abort",

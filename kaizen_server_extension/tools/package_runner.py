@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kaizen_server_extension.runtime.port import Capability
+from kaizen_server_extension.protocol.tools import Capability
 from kaizen_server_extension.tools.decorators import TOOL_NAME_RE
 from kaizen_server_extension.tools.types import (
     MAX_TIMEOUT_S,

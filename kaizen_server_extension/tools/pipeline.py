@@ -72,14 +72,13 @@ from kaizen_server_extension.policy.ports import (
     ToolExecutor,
 )
 from kaizen_server_extension.policy.redaction import redact, redact_text, withhold
-from kaizen_server_extension.runtime.port import (
+from kaizen_server_extension.protocol.authority import AuthorityBundle, AuthorityRejected
+from kaizen_server_extension.protocol.errors import MemberSafeError, RunCancelled
+from kaizen_server_extension.protocol.tools import (
     STAGED_PROTOCOL_OPERATIONS,
-    AuthorityBundle,
-    AuthorityRejected,
     Capability,
     FailureDomain,
     ProtocolFailure,
-    RunCancelled,
     ToolCallRequest,
     ToolCallResult,
     ToolOutcome,
@@ -94,7 +93,6 @@ from kaizen_server_extension.tools.metrics import (
 from kaizen_server_extension.tools.outcomes import advice_for, failure_details
 from kaizen_server_extension.tools.schema import validate_arguments
 from kaizen_server_extension.tools.types import (
-    MemberSafeError,
     RegisteredTool,
     ResourceVerdict,
     RoomClass,

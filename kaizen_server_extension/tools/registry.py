@@ -25,7 +25,7 @@ from typing import Any
 
 import pluggy
 
-from kaizen_server_extension.runtime.port import Capability
+from kaizen_server_extension.protocol.tools import Capability
 from kaizen_server_extension.tools import hookspecs
 from kaizen_server_extension.tools.manifest import (
     BUILTIN_TOOLS,

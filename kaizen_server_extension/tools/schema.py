@@ -28,7 +28,8 @@ import jsonschema
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from kaizen_server_extension.tools.types import MemberSafeError, ToolDescriptor
+from kaizen_server_extension.protocol.errors import MemberSafeError
+from kaizen_server_extension.tools.types import ToolDescriptor
 
 log = logging.getLogger(__name__)
 

@@ -11,12 +11,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kaizen_server_extension.runtime.port import (
-    AuthorityBundle,
-    CanvasItem,
-    Capability,
-    StoredFile,
-)
+from kaizen_server_extension.protocol.authority import AuthorityBundle
+from kaizen_server_extension.protocol.tools import CanvasItem, Capability, StoredFile
 
 DEFAULT_TIMEOUT_S = 30.0
 MAX_TIMEOUT_S = 240.0
@@ -44,16 +40,6 @@ class WriteCategory(enum.StrEnum):
     MEMBER_STORE = "member_store"  # member-owned store writes: the write guard
     ISOLATED_EXECUTION = "isolated_execution"  # run_code, workspace: the sandbox lease
     EXTERNAL_EFFECT = "external_effect"  # the approval gate under ask_for_writes
-
-
-class MemberSafeError(Exception):
-    """A tool's anticipated failure, whose message is safe to hand to the model and member."""
-
-    def __init__(self, message: str, *, code: str = "tool_error",
-                 domain: str = "tool") -> None:
-        super().__init__(message)
-        self.code = code
-        self.domain = domain
 
 
 class TrustedBody(dict[str, Any]):

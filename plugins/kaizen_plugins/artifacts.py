@@ -19,9 +19,9 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import Field
 
 from kaizen_server_extension.agents import knowledge_scope_of
-from kaizen_server_extension.errors import MemberError, NotFound
+from kaizen_server_extension.protocol.errors import MemberError, NotFound
+from kaizen_server_extension.protocol.tools import StoredFile
 from kaizen_server_extension.resources import ARTIFACT_REFERENCE, AdmittedResources
-from kaizen_server_extension.runtime.port import StoredFile
 from kaizen_server_extension.store.artifact_checkpoints import (
     FENCED_CHECKPOINT_CODES,
     CheckpointScope,

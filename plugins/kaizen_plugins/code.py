@@ -9,7 +9,7 @@ from kaizen_kernel.schema import DESCRIPTION, INPUT_SCHEMA
 from kaizen_plugins.artifacts import persist_run_files
 from kaizen_plugins.office_idioms import OFFICE_IDIOMS
 from kaizen_plugins.sandbox import SANDBOX_TOOL
-from kaizen_server_extension.errors import NotFound
+from kaizen_server_extension.protocol.errors import NotFound
 from kaizen_server_extension.resources import AdmittedResources, SharedResource
 from kaizen_server_extension.tools import (
     MemberSafeError,

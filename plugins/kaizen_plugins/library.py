@@ -16,7 +16,7 @@ from pydantic import Field
 from sqlalchemy import select
 
 from kaizen_server_extension.agents import knowledge_scope_of
-from kaizen_server_extension.errors import MemberError
+from kaizen_server_extension.protocol.errors import MemberError
 from kaizen_server_extension.settings import LIBRARY_SURFACE
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.artifacts import ArtifactStore

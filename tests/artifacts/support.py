@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from kaizen_server_extension.runtime.port import AuthorityBundle
+from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store.records import RunRecord
 from kaizen_server_extension.store.runs import RunLane

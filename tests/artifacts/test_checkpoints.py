@@ -12,19 +12,18 @@ from kaizen_plugins import artifacts as plugin
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from kaizen_server_extension.errors import Conflict, NotFound
 from kaizen_server_extension.gateway import ModelGateway
 from kaizen_server_extension.gateway.config import GatewayConfig
 from kaizen_server_extension.lanes.artifact_stream import ArtifactArgumentStream, checkpointed_step
-from kaizen_server_extension.runtime.port import (
-    AdvertisedTool,
-    Capability,
+from kaizen_server_extension.protocol.errors import Conflict, NotFound
+from kaizen_server_extension.protocol.model import (
     ChatMessage,
     ModelStepError,
     StepFinished,
     StepSnapshot,
     ToolCallEmitted,
 )
+from kaizen_server_extension.protocol.tools import AdvertisedTool, Capability
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.artifact_checkpoints import CheckpointScope, UpdateCheckpoints

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kaizen_plugins import library as plugin
 
-from kaizen_server_extension.runtime.port import Capability
+from kaizen_server_extension.protocol.tools import Capability
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store.artifacts import ArtifactStore, WriteContext
 from kaizen_server_extension.store.library import LibraryStore

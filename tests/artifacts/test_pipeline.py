@@ -12,7 +12,8 @@ from kaizen_plugins import artifacts as plugin
 
 from kaizen_server_extension.policy.approvals import ApprovalMode
 from kaizen_server_extension.policy.authority import FixedApprovalMode, FixedBundleAuthority
-from kaizen_server_extension.runtime.port import AuthorityBundle, ToolCallRequest, ToolOutcome
+from kaizen_server_extension.protocol.authority import AuthorityBundle
+from kaizen_server_extension.protocol.tools import ToolCallRequest, ToolOutcome
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store.artifacts import ArtifactStore
 from kaizen_server_extension.store.policy import StoreResourceAuthorization

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import insert, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from kaizen_server_extension.errors import Conflict, NotFound
+from kaizen_server_extension.protocol.errors import Conflict, NotFound
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.artifact_content import ValidationFailed

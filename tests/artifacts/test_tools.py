@@ -11,7 +11,7 @@ import pytest
 from kaizen_plugins import artifacts as plugin
 from sqlalchemy.exc import IntegrityError
 
-from kaizen_server_extension.errors import Conflict
+from kaizen_server_extension.protocol.errors import Conflict
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.artifact_edit import content_tag

@@ -6,18 +6,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from kaizen_server_extension.gateway import ModelGateway
-from kaizen_server_extension.runtime.port import (
-    AdvertisedTool,
-    Capability,
+from kaizen_server_extension.protocol.model import (
     ChatMessage,
     StepEvent,
     StepFinished,
     StepSnapshot,
     TextDelta,
     ThinkingDelta,
-    ToolCall,
     ToolCallEmitted,
 )
+from kaizen_server_extension.protocol.tools import AdvertisedTool, Capability, ToolCall
 
 API_KEY = "sk-test-DO-NOT-LEAK-7f3a"
 

@@ -9,16 +9,16 @@ import pytest
 
 from kaizen_server_extension.gateway.assembly import StepAssembler
 from kaizen_server_extension.gateway.sse import iter_sse_data
-from kaizen_server_extension.runtime.port import (
+from kaizen_server_extension.protocol.model import (
     ModelStepError,
     StepEvent,
     StepFinished,
     TextDelta,
     ThinkingDelta,
-    ToolCall,
     ToolCallEmitted,
     Usage,
 )
+from kaizen_server_extension.protocol.tools import ToolCall
 
 
 def chunk(delta: dict[str, Any] | None = None, finish: str | None = None, **top: Any) -> Any:

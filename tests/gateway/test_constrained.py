@@ -22,13 +22,8 @@ from kaizen_server_extension.gateway.constrained import (
     step_schema,
     validate_arguments,
 )
-from kaizen_server_extension.runtime.port import (
-    AdvertisedTool,
-    Capability,
-    ChatMessage,
-    ModelStepError,
-    ToolCall,
-)
+from kaizen_server_extension.protocol.model import ChatMessage, ModelStepError
+from kaizen_server_extension.protocol.tools import AdvertisedTool, Capability, ToolCall
 from tests.gateway.helpers import SEARCH_TOOL, WEATHER_TOOL, snapshot_for
 
 RUN_CODE = AdvertisedTool(

@@ -26,14 +26,14 @@ from kaizen_server_extension.local_model import (
     join_parts,
     provision,
 )
-from kaizen_server_extension.runtime.port import (
+from kaizen_server_extension.protocol.model import (
     ModelStepError,
     StepEvent,
     StepFinished,
     TextDelta,
-    ToolCall,
     ToolCallEmitted,
 )
+from kaizen_server_extension.protocol.tools import ToolCall
 from tests.gateway.helpers import calls_of, finished_of, snapshot_for, text_of
 
 # --- a scripted llama ---------------------------------------------------------------------

@@ -7,13 +7,13 @@ import json
 import pytest
 
 from kaizen_server_extension.gateway.content_tools import ContentToolCalls, tool_call_from_content
-from kaizen_server_extension.runtime.port import (
+from kaizen_server_extension.protocol.model import (
     StepEvent,
     StepFinished,
     TextDelta,
-    ToolCall,
     ToolCallEmitted,
 )
+from kaizen_server_extension.protocol.tools import ToolCall
 from tests.gateway.conftest import FakeFactory, GatewayFactory
 from tests.gateway.helpers import (
     SEARCH_TOOL,

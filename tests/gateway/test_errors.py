@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from kaizen_server_extension.gateway import errors
-from kaizen_server_extension.runtime.port import ModelStepError, StepEvent, TextDelta
+from kaizen_server_extension.protocol.model import ModelStepError, StepEvent, TextDelta
 from tests.gateway.conftest import FakeFactory, GatewayFactory
 from tests.gateway.helpers import API_KEY, collect, snapshot_for
 

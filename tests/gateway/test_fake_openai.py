@@ -13,7 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from kaizen_server_extension.runtime.port import ChatMessage, ModelStepError, ToolCall
+from kaizen_server_extension.protocol.model import ChatMessage, ModelStepError
+from kaizen_server_extension.protocol.tools import ToolCall
 from kaizen_server_extension.testing.fake_openai import (
     ScenarioError,
     last_user_message,

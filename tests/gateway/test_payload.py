@@ -10,14 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kaizen_server_extension.gateway import build_payload
-from kaizen_server_extension.runtime.port import (
-    AdvertisedTool,
-    Capability,
-    ChatMessage,
-    ModelStepError,
-    StepSnapshot,
-    ToolCall,
-)
+from kaizen_server_extension.protocol.model import ChatMessage, ModelStepError, StepSnapshot
+from kaizen_server_extension.protocol.tools import AdvertisedTool, Capability, ToolCall
 from tests.gateway.helpers import SEARCH_TOOL, WEATHER_TOOL, snapshot_for
 
 TOOL_ROUND = (

@@ -6,17 +6,17 @@ import json
 
 import pytest
 
-from kaizen_server_extension.runtime.port import (
+from kaizen_server_extension.protocol.model import (
     ChatMessage,
     ModelStepError,
     StepEvent,
     StepFinished,
     TextDelta,
     ThinkingDelta,
-    ToolCall,
     ToolCallEmitted,
     Usage,
 )
+from kaizen_server_extension.protocol.tools import ToolCall
 from tests.gateway.conftest import FakeFactory, GatewayFactory
 from tests.gateway.helpers import (
     API_KEY,

@@ -23,7 +23,7 @@ from kaizen_kernel.service import RunCodeConfig, RunCodeService
 from kaizen_server_extension.policy.approvals import ApprovalMode, ApprovalStatus
 from kaizen_server_extension.policy.errors import ApprovalPending
 from kaizen_server_extension.policy.guardrails import ALLOW, Deny, GuardrailCall
-from kaizen_server_extension.runtime.port import ToolOutcome
+from kaizen_server_extension.protocol.tools import ToolOutcome
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store.artifacts import ArtifactStore
 from kaizen_server_extension.tools import MemberSafeError

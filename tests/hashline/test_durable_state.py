@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 
 from kaizen_kernel.hashline import HashlineError, WorkspaceKey, WorkspaceState
 from kaizen_kernel.service import RunCodeConfig, RunCodeService
-from kaizen_server_extension.runtime.port import AuthorityBundle
+from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.hashline_state import StoredWorkspaceState

@@ -15,7 +15,8 @@ from kaizen_plugins.workspace import edit_workspace, read_workspace
 
 from kaizen_kernel.hashline import HashlineError, WorkspaceState
 from kaizen_kernel.service import RunCodeConfig, RunCodeService
-from kaizen_server_extension.runtime.port import AuthorityBundle, Capability
+from kaizen_server_extension.protocol.authority import AuthorityBundle
+from kaizen_server_extension.protocol.tools import Capability
 from kaizen_server_extension.tools import MemberSafeError, RoomClass, ToolRegistry, WriteCategory
 from kaizen_server_extension.tools.catalog import freeze_catalog
 from kaizen_server_extension.tools.schema import InvalidArguments, validate_arguments

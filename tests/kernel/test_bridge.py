@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kaizen_kernel.leases import ActiveCall
-from kaizen_server_extension.runtime.port import Capability
+from kaizen_server_extension.protocol.tools import Capability
 from tests.kernel.conftest import Sandbox
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

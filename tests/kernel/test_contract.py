@@ -31,7 +31,7 @@ from kaizen_kernel.schema import (
     RunCodeArgumentsError,
     parse_arguments,
 )
-from kaizen_server_extension.runtime.port import Capability
+from kaizen_server_extension.protocol.tools import Capability
 from kaizen_server_extension.tools.types import WriteCategory
 
 # --- schema -------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from kaizen_kernel.hashline import WorkspaceState
 from kaizen_kernel.limits import ExecutionBudget
 from kaizen_kernel.resources import VerifiedResources
 from kaizen_kernel.service import RunCodeConfig, RunCodeService
-from kaizen_server_extension.runtime.port import FailureDomain
+from kaizen_server_extension.protocol.tools import FailureDomain
 from tests.hashline.test_tools import Ctx
 from tests.kernel.test_gateway import KernelGateway, running_gateway
 from tests.kernel.test_shared_resources import (

@@ -15,7 +15,7 @@ import pytest
 import kaizen_kernel.pool as pool_module
 from kaizen_kernel.pool import find_kernel_name
 from kaizen_kernel.service import RunCodeConfig, RunCodeService
-from kaizen_server_extension.runtime.port import Capability, FailureDomain, ToolOutcome
+from kaizen_server_extension.protocol.tools import Capability, FailureDomain, ToolOutcome
 from tests.kernel.conftest import SECRET_ENV, TEST_BUDGET, TEST_LIMITS, Sandbox
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kaizen_kernel.schema import RunCodeArgumentsError
-from kaizen_server_extension.runtime.port import FailureDomain, ToolOutcome
+from kaizen_server_extension.protocol.tools import FailureDomain, ToolOutcome
 from tests.kernel.conftest import MAX_FILE_BYTES, SECRET_ENV, TEST_LIMITS, Sandbox
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

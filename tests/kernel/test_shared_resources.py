@@ -21,8 +21,8 @@ from kaizen_kernel.provisioner import find_bwrap
 from kaizen_kernel.resources import FetchedVersion, Fetcher, ResourceGrant
 from kaizen_kernel.schema import INPUT_SCHEMA, RunCodeArgumentsError
 from kaizen_kernel.service import RunCodeConfig, RunCodeService
+from kaizen_server_extension.protocol.tools import FailureDomain
 from kaizen_server_extension.resources import AdmittedResources, SharedResource
-from kaizen_server_extension.runtime.port import FailureDomain
 from tests.kernel.conftest import TEST_BUDGET, TEST_LIMITS
 
 pytestmark = [

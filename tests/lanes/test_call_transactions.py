@@ -24,17 +24,16 @@ from kaizen_server_extension.lanes.host import RunHost
 from kaizen_server_extension.lanes.resume import RECOVERY_EVENTS, RunJournal
 from kaizen_server_extension.lanes.service import resource_digest
 from kaizen_server_extension.lanes.tooling import PipelineToolBackend
-from kaizen_server_extension.runtime.port import (
-    AuthorityBundle,
+from kaizen_server_extension.protocol.authority import AuthorityBundle
+from kaizen_server_extension.protocol.errors import RunCancelled
+from kaizen_server_extension.protocol.model import StepEvent, StepSnapshot
+from kaizen_server_extension.protocol.tools import (
     Capability,
-    RunCancelled,
-    StepEvent,
-    StepSnapshot,
     ToolCallRequest,
     ToolCallResult,
     ToolOutcome,
-    TraceEvent,
 )
+from kaizen_server_extension.runtime.port import TraceEvent
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.policy import StorePermissions, _bounded_raw, open_call

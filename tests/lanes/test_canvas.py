@@ -38,16 +38,16 @@ from kaizen_server_extension.policy.guardrails import (
     ResultVerdict,
     result_guardrail,
 )
-from kaizen_server_extension.runtime.port import (
-    AuthorityBundle,
+from kaizen_server_extension.protocol.authority import AuthorityBundle
+from kaizen_server_extension.protocol.tools import (
     CanvasItem,
     Capability,
     FailureDomain,
     ToolCallRequest,
     ToolCallResult,
     ToolOutcome,
-    TraceEvent,
 )
+from kaizen_server_extension.runtime.port import TraceEvent
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.tools.canvas import (
     MAX_CANVAS_IMAGE_BYTES,

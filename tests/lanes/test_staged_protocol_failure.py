@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from kaizen_server_extension.runtime.port import (
+from kaizen_server_extension.protocol.tools import (
     Capability,
     ProtocolFailure,
     ToolCallRequest,

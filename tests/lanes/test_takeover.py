@@ -16,7 +16,8 @@ from kaizen_server_extension.lanes.resume import (
     DanglingCall,
     RunJournal,
 )
-from kaizen_server_extension.runtime.port import Capability, CorrectionRule
+from kaizen_server_extension.protocol.tools import Capability
+from kaizen_server_extension.runtime.port import CorrectionRule
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store.records import EventRecord, RunRecord
 from kaizen_server_extension.store.runs import RunLane

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kaizen_server_extension.lanes.tooling import _with_reveals
-from kaizen_server_extension.runtime.port import ToolCallResult, ToolOutcome
+from kaizen_server_extension.protocol.tools import ToolCallResult, ToolOutcome
 
 
 def _search_result(names: list[str]) -> ToolCallResult:

@@ -19,8 +19,8 @@ from kaizen_server_extension.policy.approvals import (
 from kaizen_server_extension.policy.authority import FixedApprovalMode, FixedBundleAuthority
 from kaizen_server_extension.policy.guardrails import Guardrail, GuardrailChain
 from kaizen_server_extension.policy.ports import ApprovalModeResolver, ArgumentValidator
-from kaizen_server_extension.runtime.port import (
-    AuthorityBundle,
+from kaizen_server_extension.protocol.authority import AuthorityBundle
+from kaizen_server_extension.protocol.tools import (
     Capability,
     ToolCallRequest,
     ToolCallResult,

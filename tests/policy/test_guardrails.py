@@ -16,7 +16,7 @@ from kaizen_server_extension.policy.guardrails import (
     GuardrailVerdict,
     NeedsApproval,
 )
-from kaizen_server_extension.runtime.port import ToolCallRequest
+from kaizen_server_extension.protocol.tools import ToolCallRequest
 from kaizen_server_extension.tools.types import ToolDescriptor
 from tests.policy.fakes import BUNDLE
 

@@ -17,7 +17,7 @@ from kaizen_server_extension.policy.guardrails import (
     ResultVerdict,
     result_guardrail,
 )
-from kaizen_server_extension.runtime.port import Capability, ToolOutcome
+from kaizen_server_extension.protocol.tools import Capability, ToolOutcome
 from kaizen_server_extension.tools.types import RoomClass, WriteCategory
 from tests.policy.fakes import harness, make_tool, raising, returning
 

@@ -13,29 +13,33 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kaizen_server_extension.runtime.controller import TurnController
-from kaizen_server_extension.runtime.port import (
-    AdvertisedTool,
-    AuthorityBundle,
-    Budgets,
-    Capability,
+from kaizen_server_extension.protocol.authority import AuthorityBundle
+from kaizen_server_extension.protocol.model import (
     ChatMessage,
-    FailureDomain,
-    ProtocolFailure,
-    RunManifest,
     StepEvent,
     StepFinished,
     StepSnapshot,
-    SynthesisInstructions,
-    TerminalOutcome,
     TextDelta,
-    ToolCall,
     ToolCallEmitted,
+    Usage,
+)
+from kaizen_server_extension.protocol.tools import (
+    AdvertisedTool,
+    Capability,
+    FailureDomain,
+    ProtocolFailure,
+    ToolCall,
     ToolCallRequest,
     ToolCallResult,
     ToolOutcome,
+)
+from kaizen_server_extension.runtime.controller import TurnController
+from kaizen_server_extension.runtime.port import (
+    Budgets,
+    RunManifest,
+    SynthesisInstructions,
+    TerminalOutcome,
     TraceEvent,
-    Usage,
 )
 
 

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from kaizen_server_extension.protocol.model import TextDelta, ThinkingDelta
 from kaizen_server_extension.runtime.correction import CorrectionMatcher
-from kaizen_server_extension.runtime.port import (
-    Budgets,
-    CorrectionRule,
-    TerminalStatus,
-    TextDelta,
-    ThinkingDelta,
-)
+from kaizen_server_extension.runtime.port import Budgets, CorrectionRule, TerminalStatus
 
 from .fakes import FakeHost, calls, drive, finished, say
 

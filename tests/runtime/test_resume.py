@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from kaizen_server_extension.runtime.controller import TurnController
-from kaizen_server_extension.runtime.port import (
-    Budgets,
+from kaizen_server_extension.protocol.model import ChatMessage
+from kaizen_server_extension.protocol.tools import (
     Capability,
-    ChatMessage,
-    ResumePoint,
-    TerminalStatus,
     ToolCall,
     ToolCallResult,
     ToolOutcome,
 )
+from kaizen_server_extension.runtime.controller import TurnController
+from kaizen_server_extension.runtime.port import Budgets, ResumePoint, TerminalStatus
 from kaizen_server_extension.runtime.registry import CONTROLLERS, TURN_ENGINE, controller_for
 
 from .fakes import FakeHost, calls, manifest, say

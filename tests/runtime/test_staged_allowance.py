@@ -13,17 +13,19 @@ from collections.abc import Sequence
 
 import pytest
 
+from kaizen_server_extension.protocol.model import ChatMessage
+from kaizen_server_extension.protocol.tools import (
+    Capability,
+    ToolCall,
+    ToolCallResult,
+    ToolOutcome,
+)
 from kaizen_server_extension.runtime.controller import TurnController
 from kaizen_server_extension.runtime.port import (
     STAGED_PROTOCOL_ROUNDS,
     Budgets,
-    Capability,
-    ChatMessage,
     ResumePoint,
     TerminalStatus,
-    ToolCall,
-    ToolCallResult,
-    ToolOutcome,
 )
 from kaizen_server_extension.settings import RuntimeSettings
 from kaizen_server_extension.tools.manifest import BUILTIN_TOOLS, STAGED_ARTIFACT_TOOLS

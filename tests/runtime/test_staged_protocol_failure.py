@@ -14,15 +14,14 @@ from typing import Any
 
 import pytest
 
-from kaizen_server_extension.runtime.fallback import fallback_message
-from kaizen_server_extension.runtime.port import (
+from kaizen_server_extension.protocol.tools import (
     STAGED_PROTOCOL_GROUP,
     STAGED_PROTOCOL_OPERATIONS,
-    Budgets,
     Capability,
     ProtocolFailure,
-    TerminalStatus,
 )
+from kaizen_server_extension.runtime.fallback import fallback_message
+from kaizen_server_extension.runtime.port import Budgets, TerminalStatus
 from kaizen_server_extension.tools.manifest import STAGED_ARTIFACT_TOOLS
 from kaizen_server_extension.tools.registry import ToolRegistry
 

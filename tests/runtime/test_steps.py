@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kaizen_server_extension.runtime.port import (
-    Budgets,
-    ModelStepError,
-    TerminalStatus,
-    TextDelta,
-    ThinkingDelta,
-)
+from kaizen_server_extension.protocol.model import ModelStepError, TextDelta, ThinkingDelta
+from kaizen_server_extension.runtime.port import Budgets, TerminalStatus
 
 from .fakes import FakeHost, Raise, call, calls, drive, finished, say
 

@@ -6,19 +6,18 @@ from typing import Any
 
 import pytest
 
+from kaizen_server_extension.protocol.tools import (
+    Capability,
+    ToolCallRequest,
+    ToolCallResult,
+    ToolOutcome,
+)
 from kaizen_server_extension.runtime.fallback import (
     CHECK_ACTIVITY,
     fallback_message,
     suggests_activity_check,
 )
-from kaizen_server_extension.runtime.port import (
-    Budgets,
-    Capability,
-    TerminalStatus,
-    ToolCallRequest,
-    ToolCallResult,
-    ToolOutcome,
-)
+from kaizen_server_extension.runtime.port import Budgets, TerminalStatus
 
 from .fakes import SYNTHESIS, FakeHost, Item, call, calls, drive, finished, returns, say
 

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from kaizen_server_extension.protocol.model import TextDelta
+from kaizen_server_extension.protocol.tools import Capability, ToolOutcome
 from kaizen_server_extension.runtime.controller import TOOL_SEARCH, TurnController
-from kaizen_server_extension.runtime.port import (
-    Budgets,
-    Capability,
-    TerminalStatus,
-    TextDelta,
-    ToolOutcome,
-)
+from kaizen_server_extension.runtime.port import Budgets, TerminalStatus
 
 from .fakes import CATALOG, FakeHost, call, calls, drive, finished, manifest, returns, say
 

@@ -11,7 +11,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import text, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from kaizen_server_extension.errors import Conflict, NotFound
+from kaizen_server_extension.protocol.errors import Conflict, NotFound
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kaizen_server_extension.runtime.port import Capability
+from kaizen_server_extension.protocol.tools import Capability
 from kaizen_server_extension.tools.catalog import (
     TOOL_SEARCH_NAME,
     FrozenCatalog,

@@ -8,6 +8,7 @@ import logging
 
 import pytest
 
+from kaizen_server_extension.protocol.errors import MemberSafeError
 from kaizen_server_extension.tools.schema import (
     InvalidArguments,
     admit_descriptors,
@@ -15,7 +16,7 @@ from kaizen_server_extension.tools.schema import (
     schema_problem,
     validate_arguments,
 )
-from kaizen_server_extension.tools.types import MemberSafeError, ToolDescriptor
+from kaizen_server_extension.tools.types import ToolDescriptor
 
 
 def d(name: str, schema: object, description: str = "A tool.") -> ToolDescriptor:

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from kaizen_server_extension.runtime.port import AuthorityBundle, Capability
+from kaizen_server_extension.protocol.authority import AuthorityBundle
+from kaizen_server_extension.protocol.errors import MemberSafeError
+from kaizen_server_extension.protocol.tools import Capability
 from kaizen_server_extension.tools.catalog import TOOL_SEARCH_NAME, FrozenCatalog, freeze_catalog
 from kaizen_server_extension.tools.discovery import (
     MAX_PARENTS,
@@ -19,7 +21,7 @@ from kaizen_server_extension.tools.discovery import (
     tokenize,
     tool_search,
 )
-from kaizen_server_extension.tools.types import MemberSafeError, RoomClass, ToolDescriptor
+from kaizen_server_extension.tools.types import RoomClass, ToolDescriptor
 
 SCHEMA = {"type": "object", "properties": {"body": {"type": "string", "maxLength": 8000}}}
 

@@ -39,7 +39,8 @@ from kaizen_server_extension.agents import (
 )
 from kaizen_server_extension.lanes.service import resource_digest
 from kaizen_server_extension.lanes.tooling import PipelineToolBackend
-from kaizen_server_extension.runtime.port import AuthorityBundle, ToolCallRequest, ToolOutcome
+from kaizen_server_extension.protocol.authority import AuthorityBundle
+from kaizen_server_extension.protocol.tools import ToolCallRequest, ToolOutcome
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.artifacts import ArtifactStore, WriteContext

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kaizen_server_extension.runtime.port import (
+from kaizen_server_extension.protocol.tools import (
     Capability,
     FailureDomain,
     ToolCallRequest,

@@ -23,11 +23,8 @@ from sqlalchemy import select
 
 from kaizen_server_extension.lanes.service import resource_digest
 from kaizen_server_extension.lanes.tooling import PipelineToolBackend
-from kaizen_server_extension.runtime.port import (
-    AuthorityBundle,
-    ToolCallRequest,
-    ToolCallResult,
-)
+from kaizen_server_extension.protocol.authority import AuthorityBundle
+from kaizen_server_extension.protocol.tools import ToolCallRequest, ToolCallResult
 from kaizen_server_extension.settings import LIBRARY_SURFACE, withheld_surfaces
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kaizen_server_extension.runtime.port import FailureDomain
+from kaizen_server_extension.protocol.tools import FailureDomain
 from kaizen_server_extension.tools.outcomes import (
     FAILED_VOCABULARY,
     MAX_JSON_TEXT_CHARS,

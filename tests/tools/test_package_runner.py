@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from kaizen_server_extension.runtime.port import Capability
+from kaizen_server_extension.protocol.errors import MemberSafeError
+from kaizen_server_extension.protocol.tools import Capability
 from kaizen_server_extension.tools.catalog import freeze_catalog
 from kaizen_server_extension.tools.package_runner import (
     PackageRunner,
@@ -22,7 +23,7 @@ from kaizen_server_extension.tools.package_runner import (
     declared_room_class,
     package_tool,
 )
-from kaizen_server_extension.tools.types import MemberSafeError, RoomClass
+from kaizen_server_extension.tools.types import RoomClass
 
 PACKAGE = '''
 import json, os, sys, time

@@ -12,14 +12,11 @@ from typing import Any
 import pytest
 
 from kaizen_server_extension.policy.errors import ApprovalPending
-from kaizen_server_extension.runtime.port import (
-    AuthorityRejected,
-    Capability,
-    FailureDomain,
-    ToolOutcome,
-)
+from kaizen_server_extension.protocol.authority import AuthorityRejected
+from kaizen_server_extension.protocol.errors import MemberSafeError
+from kaizen_server_extension.protocol.tools import Capability, FailureDomain, ToolOutcome
 from kaizen_server_extension.tools.ledger import TurnLedger
-from kaizen_server_extension.tools.types import MemberSafeError, RoomClass, WriteCategory
+from kaizen_server_extension.tools.types import RoomClass, WriteCategory
 from tests.policy.fakes import BUNDLE, harness, make_tool, raising, returning
 
 CREATE = dict(capability=Capability.WRITE, write_category=WriteCategory.MEMBER_STORE,

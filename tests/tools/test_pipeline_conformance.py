@@ -21,9 +21,9 @@ from kaizen_server_extension.policy.approvals import ApprovalMode, ApprovalStatu
 from kaizen_server_extension.policy.authority import FixedBundleAuthority
 from kaizen_server_extension.policy.errors import ApprovalPending
 from kaizen_server_extension.policy.guardrails import ALLOW, GuardrailCall, GuardrailChain
-from kaizen_server_extension.runtime.port import (
-    AuthorityBundle,
-    AuthorityRejected,
+from kaizen_server_extension.protocol.authority import AuthorityBundle, AuthorityRejected
+from kaizen_server_extension.protocol.errors import MemberSafeError
+from kaizen_server_extension.protocol.tools import (
     Capability,
     ToolCallRequest,
     ToolCallResult,
@@ -35,11 +35,7 @@ from kaizen_server_extension.tools import pipeline as pipeline_module
 from kaizen_server_extension.tools.catalog import TOOL_SEARCH_NAME
 from kaizen_server_extension.tools.metrics import ToolMetrics
 from kaizen_server_extension.tools.pipeline import OPERATOR_DETAIL_BYTES, ToolPipeline
-from kaizen_server_extension.tools.types import (
-    MemberSafeError,
-    RegisteredTool,
-    WriteCategory,
-)
+from kaizen_server_extension.tools.types import RegisteredTool, WriteCategory
 from tests.policy.fakes import (
     BUNDLE,
     Approvals,

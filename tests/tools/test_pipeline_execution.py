@@ -8,12 +8,8 @@ from typing import Any
 
 import pytest
 
-from kaizen_server_extension.runtime.port import (
-    Capability,
-    FailureDomain,
-    RunCancelled,
-    ToolOutcome,
-)
+from kaizen_server_extension.protocol.errors import RunCancelled
+from kaizen_server_extension.protocol.tools import Capability, FailureDomain, ToolOutcome
 from kaizen_server_extension.tools.types import (
     DEFAULT_TIMEOUT_S,
     MAX_TIMEOUT_S,

@@ -13,7 +13,7 @@ from kaizen_plugins.canvas import MAX_CANVAS_CHARS, show_chat_canvas
 from kaizen_plugins.readme import GUIDELINES, visualize_read_me
 from kaizen_plugins.roster import list_available_agents
 
-from kaizen_server_extension.runtime.port import AuthorityBundle
+from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.tools import MemberSafeError, RoomClass, ToolRegistry
 from kaizen_server_extension.tools.canvas import ON_SCREEN, markdown_item
 from kaizen_server_extension.tools.catalog import freeze_catalog, project

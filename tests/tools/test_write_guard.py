@@ -23,9 +23,8 @@ from sqlalchemy import func, select
 from kaizen_server_extension.lanes.service import resource_digest
 from kaizen_server_extension.lanes.tooling import PipelineToolBackend
 from kaizen_server_extension.policy.guardrails import ALLOW, GuardrailCall, GuardrailChain
-from kaizen_server_extension.runtime.port import (
-    AuthorityBundle,
-    AuthorityRejected,
+from kaizen_server_extension.protocol.authority import AuthorityBundle, AuthorityRejected
+from kaizen_server_extension.protocol.tools import (
     Capability,
     ToolCallRequest,
     ToolCallResult,

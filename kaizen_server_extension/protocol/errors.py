@@ -1,4 +1,8 @@
-"""Errors whose message is safe to show to the member who caused them (STYLE.md)."""
+"""Errors whose message is safe to show: to the member who caused them (STYLE.md), to the model.
+
+``MemberError`` and its subclasses are REST answers (status, code, sentence). A tool raises
+``MemberSafeError`` for an anticipated failure the model may repair. ``RunCancelled`` tells the
+controller the run is over."""
 
 from __future__ import annotations
 
@@ -49,3 +53,17 @@ class Forbidden(MemberError):
 
     status = 403
     default_code = "forbidden"
+
+
+class MemberSafeError(Exception):
+    """A tool's anticipated failure, whose message is safe to hand to the model and member."""
+
+    def __init__(self, message: str, *, code: str = "tool_error",
+                 domain: str = "tool") -> None:
+        super().__init__(message)
+        self.code = code
+        self.domain = domain
+
+
+class RunCancelled(Exception):
+    """The run was cancelled (member stop or inactivity budget); nothing more is settled."""
