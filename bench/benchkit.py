@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kaizen_server_extension.lanes.service import FrozenTools, resource_digest
-from kaizen_server_extension.lanes.tooling import PipelineToolBackend
+from kaizen_server_extension.host.bundle import resource_digest
+from kaizen_server_extension.host.tool_backend import FrozenTools, PipelineToolBackend
 from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.protocol.model import (
     StepEvent,
@@ -34,7 +34,7 @@ from kaizen_server_extension.protocol.model import (
     ToolCallEmitted,
     Usage,
 )
-from kaizen_server_extension.protocol.tools import Capability, ToolCall
+from kaizen_server_extension.protocol.tools import Capability, ToolCall, WriteCategory
 from kaizen_server_extension.store import Store, create_engine, upgrade
 from kaizen_server_extension.store.engine import sqlite_url_for
 from kaizen_server_extension.store.records import (
@@ -46,12 +46,7 @@ from kaizen_server_extension.store.runs import Admission, RunLane
 from kaizen_server_extension.tools.decorators import tool
 from kaizen_server_extension.tools.metrics import ToolMetrics
 from kaizen_server_extension.tools.registry import ToolRegistry
-from kaizen_server_extension.tools.types import (
-    RegisteredTool,
-    RoomClass,
-    ToolContext,
-    WriteCategory,
-)
+from kaizen_server_extension.tools.types import RegisteredTool, RoomClass, ToolContext
 
 DEFAULT_PG_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 PG_URL_ENV = "KAIZEN_BENCH_DATABASE_URL"

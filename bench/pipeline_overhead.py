@@ -40,10 +40,9 @@ from benchkit import (
 )
 from prometheus_client import CollectorRegistry
 
-from kaizen_server_extension.lanes.tooling import RunToolContext
+from kaizen_server_extension.host.tool_backend import RunToolContext
 from kaizen_server_extension.policy.approvals import ApprovalMode
-from kaizen_server_extension.policy.authority import FixedApprovalMode, FixedBundleAuthority
-from kaizen_server_extension.protocol.authority import AuthorityBundle
+from kaizen_server_extension.protocol.authority import AuthorityBundle, verify_bundle
 from kaizen_server_extension.protocol.tools import ToolCallRequest, ToolCallResult, ToolOutcome
 from kaizen_server_extension.store.runs import RunLane
 from kaizen_server_extension.store.store import Store
@@ -63,8 +62,18 @@ Caller = Callable[[AuthorityBundle, ToolCallRequest], Awaitable[ToolCallResult]]
 # --- in-memory ports ---------------------------------------------------------------------
 
 
+class _FixedBundle:
+    async def verify(self, bundle: AuthorityBundle, prefetched: object = None) -> None:
+        verify_bundle(MEMORY_BUNDLE, bundle)
+
+
+class _NeverAsk:
+    async def mode_for(self, member: str, facts: object = None) -> ApprovalMode:
+        return ApprovalMode.NEVER_ASK
+
+
 class _AllowAll:
-    async def allowed(self, member: str, tool_name: str) -> bool:
+    async def allowed(self, member: str, tool_name: str, facts: object = None) -> bool:
         return True
 
 
@@ -74,7 +83,7 @@ class _NullAudit:
         return None
 
 
-async def _only_initiator(bundle: AuthorityBundle, /) -> bool:
+async def _only_initiator(bundle: AuthorityBundle, facts: object = None, /) -> bool:
     return True
 
 
@@ -87,8 +96,8 @@ def memory_caller() -> Caller:
 
     tools = {t.descriptor.name: t for t in (bench_read, bench_write)}
     pipeline = ToolPipeline(
-        tools=tools, ceiling=list(tools), authority=FixedBundleAuthority(MEMORY_BUNDLE),
-        permissions=_AllowAll(), approval_modes=FixedApprovalMode(ApprovalMode.NEVER_ASK),
+        tools=tools, ceiling=list(tools), authority=_FixedBundle(),
+        permissions=_AllowAll(), approval_modes=_NeverAsk(),
         approvals=None, executor=execute, roster_is_only_initiator=_only_initiator,
         audit=_NullAudit(), metrics=ToolMetrics(CollectorRegistry()),
         cancelled=asyncio.Event(),

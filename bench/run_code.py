@@ -72,8 +72,8 @@ async def through_pipeline(service: RunCodeService, n: int, direct_p50_us: float
 
     from benchkit import admit_run, fresh_store
 
-    from kaizen_server_extension.lanes.host import RunHost
-    from kaizen_server_extension.lanes.tooling import PipelineToolBackend
+    from kaizen_server_extension.host.run_host import RunHost
+    from kaizen_server_extension.host.tool_backend import PipelineToolBackend
     from kaizen_server_extension.protocol.tools import ToolCallRequest
     from kaizen_server_extension.runtime.port import TraceEvent
     from kaizen_server_extension.store.runs import RunLane

@@ -55,7 +55,7 @@ from benchkit import (
     us,
 )
 
-from kaizen_server_extension.lanes.host import RunHost
+from kaizen_server_extension.host.run_host import RunHost
 from kaizen_server_extension.policy.synthesis import SYNTHESIS
 from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.protocol.model import ChatMessage, StepEvent, StepSnapshot

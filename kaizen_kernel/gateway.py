@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import queue
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -44,12 +43,9 @@ log = logging.getLogger(__name__)
 
 WorkspaceMode = Literal["auto", "shared", "transfer"]
 WORKSPACE_MODES: tuple[WorkspaceMode, ...] = ("auto", "shared", "transfer")
-WORKSPACE_MODE_ENV = "KAIZEN_GATEWAY_WORKSPACE"
 # Transfer mode's bounds on what is sent *to* the kernel before a call (workspace files and
 # shared resources); the defaults are capture's, so what comes back can also go out again.
-TRANSFER_MAX_FILE_BYTES_ENV = "KAIZEN_GATEWAY_TRANSFER_MAX_FILE_BYTES"
-TRANSFER_MAX_TOTAL_BYTES_ENV = "KAIZEN_GATEWAY_TRANSFER_MAX_TOTAL_BYTES"
-TRANSFER_MAX_FILES_ENV = "KAIZEN_GATEWAY_TRANSFER_MAX_FILES"
+# The server sets them from KAIZEN_GATEWAY_TRANSFER_MAX_* (settings.py).
 DEFAULT_TRANSFER_MAX_FILES = 2000
 
 # Names of the server's environment that a gateway kernel may receive. No PATH: the kernel
@@ -97,33 +93,6 @@ class GatewaySettings:
     transfer_max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES
     transfer_max_files: int = DEFAULT_TRANSFER_MAX_FILES
 
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> GatewaySettings:
-        env = os.environ if environ is None else environ
-        mode = env.get(WORKSPACE_MODE_ENV, "auto").strip().lower() or "auto"
-        if mode not in WORKSPACE_MODES:
-            raise ValueError(f"{WORKSPACE_MODE_ENV} must be one of {', '.join(WORKSPACE_MODES)}")
-        return cls(
-            workspace_mode=mode,
-            transfer_max_file_bytes=_positive(env, TRANSFER_MAX_FILE_BYTES_ENV,
-                                              DEFAULT_MAX_FILE_BYTES),
-            transfer_max_total_bytes=_positive(env, TRANSFER_MAX_TOTAL_BYTES_ENV,
-                                               DEFAULT_MAX_TOTAL_BYTES),
-            transfer_max_files=_positive(env, TRANSFER_MAX_FILES_ENV,
-                                         DEFAULT_TRANSFER_MAX_FILES))
-
-
-def _positive(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive whole number")
-    return value
 
 
 def gateway_enabled() -> bool:

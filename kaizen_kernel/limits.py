@@ -2,8 +2,9 @@
 
 Two kinds of limit live here:
 
-* per-execution budgets (wall time, output bytes) read from ``SANDBOX_MAX_WALL_SECONDS``
-  (default 30 s, R-077) and ``SANDBOX_MAX_OUTPUT_BYTES`` (default 1 MiB, R-078);
+* per-execution budgets (wall time, output bytes): the server passes ``SANDBOX_MAX_WALL_SECONDS``
+  (default 30 s, R-077) and ``SANDBOX_MAX_OUTPUT_BYTES`` (default 1 MiB, R-078), validated by
+  its settings model (``kaizen_server_extension/settings.py``);
 * per-process ``setrlimit`` limits (address space, processes, file size, open files, core
   dumps) applied to the kernel process before it execs, by a tiny wrapper command.
 
@@ -15,7 +16,6 @@ is documented as unsafe.
 from __future__ import annotations
 
 import json
-import os
 import resource
 import sys
 from collections.abc import Mapping, Sequence
@@ -25,43 +25,12 @@ DEFAULT_WALL_SECONDS = 30.0  # R-077
 DEFAULT_OUTPUT_BYTES = 1024 * 1024  # R-078
 MAX_WALL_SECONDS = 240.0  # the shared per-tool ceiling (R-266) bounds any configuration
 
-WALL_ENV = "SANDBOX_MAX_WALL_SECONDS"
-OUTPUT_ENV = "SANDBOX_MAX_OUTPUT_BYTES"
-
-
-def _positive_float(raw: str | None, default: float, ceiling: float) -> float:
-    try:
-        value = float(raw) if raw is not None else default
-    except ValueError:
-        return default
-    if not value > 0:
-        return default
-    return min(value, ceiling)
-
-
-def _positive_int(raw: str | None, default: int) -> int:
-    try:
-        value = int(raw) if raw is not None else default
-    except ValueError:
-        return default
-    return value if value > 0 else default
-
-
 @dataclass(frozen=True, slots=True)
 class ExecutionBudget:
-    """What one run_code call may use."""
+    """What one run_code call may use (the server's settings bound both)."""
 
     wall_seconds: float = DEFAULT_WALL_SECONDS
     output_bytes: int = DEFAULT_OUTPUT_BYTES
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> ExecutionBudget:
-        env = os.environ if environ is None else environ
-        return cls(
-            wall_seconds=_positive_float(env.get(WALL_ENV), DEFAULT_WALL_SECONDS,
-                                         MAX_WALL_SECONDS),
-            output_bytes=_positive_int(env.get(OUTPUT_ENV), DEFAULT_OUTPUT_BYTES),
-        )
 
     def clamp(self, wall_seconds: float | None, output_bytes: int | None) -> ExecutionBudget:
         """A call may ask for less than the configured budget, never more."""

@@ -40,12 +40,13 @@ from kaizen_kernel.schema import (
     parse_arguments,
 )
 from kaizen_server_extension.protocol.tools import (
+    ON_SCREEN,
     CanvasItem,
     Capability,
     FailureDomain,
     ToolOutcome,
+    png_item,
 )
-from kaizen_server_extension.tools.canvas import ON_SCREEN, png_item
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ class RunCodeResult:
 @dataclass(frozen=True, slots=True)
 class RunCodeConfig:
     state_root: Path
-    budget: ExecutionBudget = field(default_factory=ExecutionBudget.from_env)
+    budget: ExecutionBudget = field(default_factory=ExecutionBudget)
     process_limits: ProcessLimits = field(default_factory=ProcessLimits)
     jail: str = "auto"
     shared_dir: str | None = None

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from kaizen_server_extension._version import __version__
+
+__all__ = ["__version__"]
 
 
 def _jupyter_server_extension_points() -> list[dict[str, Any]]:

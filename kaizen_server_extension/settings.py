@@ -1,14 +1,22 @@
-"""The spec's runtime settings, read from the environment under their spec names.
+"""Kaizen's settings: one pydantic model, read from the environment under each setting's name.
 
-One pydantic model validates every bound; an out-of-bounds value stops start-up with a
-message naming the setting (API.md, Model provider).
+The spec's budgets keep the spec's names (``AGENT_LOOP_MAX_CYCLES`` …); Kaizen's own settings
+are ``KAIZEN_*``. Every bound is validated here, once, and an out-of-bounds value stops
+start-up with a message naming the setting (API.md, Model provider). The ``KaizenApp``
+traitlets default from this model (``c.KaizenApp.<trait>`` in Jupyter config wins over the
+environment) and the values they end up with are validated by the same model, so a setting
+is checked the same way wherever it came from. Nothing else in the server reads its
+configuration from ``os.environ``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
-from typing import Annotated, Any
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -20,6 +28,25 @@ MAX_CORRECTION_PATTERN_CHARS = 200
 MAX_CORRECTION_REMINDER_CHARS = 1000
 #: The tool surface the Library's tools declare; ``KAIZEN_LIBRARY_ENABLED`` exposes it (R-140).
 LIBRARY_SURFACE = "library"
+JAIL_MODES = ("auto", "off", "required")
+GATEWAY_WORKSPACE_MODES = ("auto", "shared", "transfer")
+
+#: ``KaizenApp`` trait -> the setting it defaults from (and is validated as).
+TRAITS: Mapping[str, str] = {
+    "database_url": "KAIZEN_DATABASE_URL",
+    "database_schema": "KAIZEN_DATABASE_SCHEMA",
+    "admin_members": "KAIZEN_ADMIN_MEMBERS",
+    "max_message_bytes": "KAIZEN_MAX_MESSAGE_BYTES",
+    "model_base_url": "KAIZEN_MODEL_BASE_URL",
+    "model": "KAIZEN_MODEL",
+    "model_provider": "KAIZEN_MODEL_PROVIDER",
+    "plugins": "KAIZEN_PLUGINS",
+    "library_enabled": "KAIZEN_LIBRARY_ENABLED",
+    "kernel_console": "KAIZEN_KERNEL_CONSOLE",
+    "kernel_idle_seconds": "KAIZEN_KERNEL_IDLE_SECONDS",
+    "sandbox_jail": "KAIZEN_SANDBOX_JAIL",
+}
+SETTING_TRAITS: Mapping[str, str] = {setting: trait for trait, setting in TRAITS.items()}
 
 
 class SettingsError(ValueError):
@@ -31,6 +58,11 @@ def withheld_surfaces(*, library_enabled: bool) -> frozenset[str]:
     return frozenset() if library_enabled else frozenset({LIBRARY_SURFACE})
 
 
+def default_database_url(data_dir: Path) -> str:
+    """The embedded store: SQLite in ``<Jupyter data dir>/kaizen/kaizen.db``."""
+    return f"sqlite+aiosqlite:///{data_dir / 'kaizen' / 'kaizen.db'}"
+
+
 class CorrectionRuleModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -40,11 +72,15 @@ class CorrectionRuleModel(BaseModel):
     reminder: Annotated[str, Field(min_length=1, max_length=MAX_CORRECTION_REMINDER_CHARS)]
 
 
-class RuntimeSettings(BaseModel):
-    """Budget, sandbox and feature-flag settings with the spec's names, defaults and bounds."""
+PositiveCount = Annotated[int, Field(ge=1)]
+
+
+class KaizenSettings(BaseModel):
+    """Every setting of the server, with its name, default and bounds."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
+    # --- the spec's budgets and guards -----------------------------------------------------
     AGENT_LOOP_MAX_CYCLES: Annotated[int, Field(ge=1, le=100)] = 10
     AGENT_LOOP_BUDGET_MS: Annotated[int, Field(ge=1_000, le=3_600_000)] = 120_000
     AGENT_LOOP_MAX_PARALLEL_TOOLS: Annotated[int, Field(ge=1, le=16)] = 1
@@ -57,9 +93,47 @@ class RuntimeSettings(BaseModel):
     # Spec: defaults to 1 and is capped at 3 (R-017).
     AGENT_STREAM_CORRECTION_MAX_ATTEMPTS: Annotated[int, Field(ge=0, le=3)] = 1
     AGENT_TOOL_DISCOVERY_ENABLED: bool = False
+
+    # --- the store -------------------------------------------------------------------------
+    #: SQLAlchemy async URL; empty: SQLite in the Jupyter data dir.
+    KAIZEN_DATABASE_URL: str = ""
+    #: PostgreSQL schema for Kaizen's tables (search_path); empty: the default.
+    KAIZEN_DATABASE_SCHEMA: Annotated[str, Field(pattern=r"^([A-Za-z_][A-Za-z0-9_]{0,62})?$")] \
+        = ""
+    #: Lease of an active run, renewed every quarter of it; another replica recovers a run
+    #: whose lease ran out.
+    KAIZEN_RUN_LEASE_SECONDS: Annotated[float, Field(ge=1, le=3600)] = 30.0
+
+    # --- members and requests --------------------------------------------------------------
+    KAIZEN_ADMIN_MEMBERS: frozenset[str] = frozenset()
+    KAIZEN_MAX_MESSAGE_BYTES: Annotated[int, Field(ge=1, le=64 * 1024 * 1024)] = 256 * 1024
+
+    # --- the model -------------------------------------------------------------------------
+    KAIZEN_MODEL_BASE_URL: str = ""
+    KAIZEN_MODEL: str = ""
+    #: A registered model provider by name; empty: openai-compatible with a base URL, else local.
+    KAIZEN_MODEL_PROVIDER: str = ""
+
+    # --- plugins and features --------------------------------------------------------------
+    KAIZEN_PLUGINS: tuple[str, ...] = ()
     # Each surface answers to its own feature flag (spec: The closed built-in registry). Off,
     # the member's Library (its agent tools and REST routes) does not exist on this server.
     KAIZEN_LIBRARY_ENABLED: bool = True
+
+    # --- run_code kernels ------------------------------------------------------------------
+    KAIZEN_KERNEL_CONSOLE: bool = True
+    KAIZEN_KERNEL_IDLE_SECONDS: Annotated[float, Field(ge=1, le=7 * 24 * 3600)] = 900.0
+    KAIZEN_SANDBOX_JAIL: Literal["auto", "off", "required"] = "auto"
+    #: Warm Python kernels kept ready for the next call.
+    KAIZEN_KERNEL_POOL_SIZE: Annotated[int, Field(ge=0, le=16)] = 1
+    #: The server address kernels on another host use for ``tools.call``; empty: loopback.
+    KAIZEN_KERNEL_BRIDGE_BASE_URL: str = ""
+    #: With a kernel gateway: whether its kernels see the server's workspace files.
+    KAIZEN_GATEWAY_WORKSPACE: Literal["auto", "shared", "transfer"] = "auto"
+    #: Transfer mode's bounds on what one call sends to the kernel (capture's own defaults).
+    KAIZEN_GATEWAY_TRANSFER_MAX_FILE_BYTES: PositiveCount = 25 * 1024 * 1024
+    KAIZEN_GATEWAY_TRANSFER_MAX_TOTAL_BYTES: PositiveCount = 64 * 1024 * 1024
+    KAIZEN_GATEWAY_TRANSFER_MAX_FILES: PositiveCount = 2000
 
     @field_validator("AGENT_STREAM_CORRECTION_RULES", mode="before")
     @classmethod
@@ -83,17 +157,57 @@ class RuntimeSettings(BaseModel):
             raise ValueError("rule ids must be unique")
         return rules
 
+    @field_validator("KAIZEN_ADMIN_MEMBERS", "KAIZEN_PLUGINS", mode="before")
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> RuntimeSettings:
-        """Read every field from ``environ`` under its own name; raise SettingsError."""
-        raw = {name: environ[name] for name in cls.model_fields if name in environ}
+    def _comma_separated(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("KAIZEN_SANDBOX_JAIL", "KAIZEN_GATEWAY_WORKSPACE", mode="before")
+    @classmethod
+    def _mode_word(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("KAIZEN_RUN_LEASE_SECONDS", "KAIZEN_KERNEL_IDLE_SECONDS")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number of seconds")
+        return value
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> KaizenSettings:
+        """Read every field from ``environ`` under its own name; raise SettingsError.
+
+        A variable set to the empty string counts as unset for anything but text, so
+        ``KAIZEN_KERNEL_POOL_SIZE= scripts/run`` means the default, not an error."""
+        raw: dict[str, Any] = {}
+        for name, info in cls.model_fields.items():
+            if name not in environ:
+                continue
+            value = environ[name]
+            if not value.strip() and info.annotation is not str:
+                continue
+            raw[name] = value
+        return cls._validated(raw)
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> KaizenSettings:
+        """These settings with ``overrides`` (by setting name) validated as if read."""
+        return self._validated({**self.model_dump(), **overrides})
+
+    @classmethod
+    def _validated(cls, raw: Mapping[str, Any]) -> KaizenSettings:
         try:
             return cls.model_validate(raw)
         except ValidationError as exc:
             first = exc.errors()[0]
             setting = str(first["loc"][0]) if first["loc"] else "settings"
-            detail = first["msg"]
-            raise SettingsError(f"Invalid setting {setting}: {detail}") from None
+            trait = SETTING_TRAITS.get(setting)
+            named = f"{setting} (c.KaizenApp.{trait})" if trait else setting
+            raise SettingsError(f"Invalid setting {named}: {first['msg']}") from None
+
+    # --- what the settings mean to the parts they configure --------------------------------
 
     def budgets(self) -> Budgets:
         return Budgets(
@@ -106,3 +220,9 @@ class RuntimeSettings(BaseModel):
     def correction_rules(self) -> tuple[CorrectionRule, ...]:
         return tuple(CorrectionRule(r.id, r.pattern, r.reminder)
                      for r in self.AGENT_STREAM_CORRECTION_RULES)
+
+    def run_lease(self) -> timedelta:
+        return timedelta(seconds=self.KAIZEN_RUN_LEASE_SECONDS)
+
+    def database_url(self, data_dir: Path) -> str:
+        return self.KAIZEN_DATABASE_URL or default_database_url(data_dir)

@@ -10,6 +10,7 @@ import ast
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,61 @@ def test_a_relative_import_is_resolved_before_it_is_judged(tmp_path: Path) -> No
     probe.write_text("from ..store import engine\nfrom . import port\n")
     found = {i.module for i in imports_in(probe, f"{EXT}.runtime.probe")}
     assert found == {f"{EXT}.store", f"{EXT}.runtime"}
+
+
+def test_the_store_depends_on_no_layer_above_it() -> None:
+    """The store holds the database's invariants; it is told what to do, it never asks the
+    tool layer, the host, the lanes or the API (nor imports their types)."""
+    above = tuple(f"{EXT}.{p}" for p in ("tools", "host", "lanes", "api", "app", "policy",
+                                          "context", "runtime"))
+    offending = [str(i) for i in imports_of(f"{EXT}.store") if within(i.module, *above)]
+    assert offending == []
+
+
+def test_the_kernel_package_reaches_no_store_and_no_host() -> None:
+    """run_code's kernels are driven by the host; they never touch the database or the
+    trusted host's internals, only the shared vocabulary."""
+    forbidden = tuple(f"{EXT}.{p}" for p in ("store", "host", "lanes", "api", "app", "tools",
+                                              "policy"))
+    offending = [str(i) for i in imports_of("kaizen_kernel") if within(i.module, *forbidden)]
+    assert offending == []
+
+
+def _package(module: str) -> str | None:
+    """The package a module belongs to, at the granularity the layout is drawn at: each
+    subpackage (and top-level module) of the extension, and each top-level package."""
+    parts = module.split(".")
+    if parts[0] == EXT:
+        return ".".join(parts[:2]) if len(parts) > 1 else None
+    if parts[0] in ("kaizen_kernel", "kaizen_plugins", "kaizen_hashline"):
+        return parts[0]
+    return None
+
+
+def package_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for top in (EXT, "kaizen_kernel", "kaizen_plugins", "kaizen_hashline"):
+        base = ROOT / "plugins" if top == "kaizen_plugins" else ROOT
+        if not (base / top).is_dir():
+            continue
+        for source in sorted((base / top).rglob("*.py")):
+            if "migrations" in source.parts:
+                continue  # Alembic revisions: scripts run by the migration tool
+            this = module_name(source)
+            here = _package(this)
+            if here is None:
+                continue  # the extension's own __init__: Jupyter's entry points
+            for imported in imports_in(source, this):
+                there = _package(imported.module)
+                if there is not None and there != here:
+                    graph.setdefault(here, set()).add(there)
+    return graph
+
+
+def test_no_two_packages_import_each_other_even_through_others() -> None:
+    """The layout is a layering: no import cycle between packages (a cycle means neither
+    can be understood, or replaced, without the other)."""
+    try:
+        TopologicalSorter(package_graph()).prepare()
+    except CycleError as cycle:
+        pytest.fail(f"packages import each other: {' -> '.join(cycle.args[1])}")

@@ -8,10 +8,9 @@ import types
 from pathlib import Path
 
 import pytest
-from kaizen_plugins import DEFAULT_PLUGINS
 
 from kaizen_server_extension.tools import Capability, hookimpl, tool
-from kaizen_server_extension.tools.manifest import BUILTIN_TOOLS, CORE_PLUGINS
+from kaizen_server_extension.tools.manifest import BUILTIN_TOOLS, CORE_PLUGINS, DEFAULT_PLUGINS
 from kaizen_server_extension.tools.registry import ToolRegistrationError, ToolRegistry
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ from kaizen_server_extension.settings import (
     LIBRARY_SURFACE,
     MAX_CORRECTION_PATTERN_CHARS,
     MAX_CORRECTION_RULES,
-    RuntimeSettings,
+    KaizenSettings,
     SettingsError,
     withheld_surfaces,
 )
@@ -22,7 +22,7 @@ from tests.support.server import start_server
 
 
 def test_defaults_follow_the_spec() -> None:
-    settings = RuntimeSettings.from_environ({})
+    settings = KaizenSettings.from_environ({})
     assert settings.AGENT_LOOP_MAX_CYCLES == 10
     assert settings.AGENT_LOOP_BUDGET_MS == 120_000
     assert settings.AGENT_LOOP_MAX_PARALLEL_TOOLS == 1
@@ -39,7 +39,7 @@ def test_defaults_follow_the_spec() -> None:
 @pytest.mark.parametrize("value, enabled", [("0", False), ("false", False), ("off", False),
                                             ("1", True), ("true", True), ("on", True)])
 def test_the_library_flag_reads_the_usual_boolean_spellings(value: str, enabled: bool) -> None:
-    settings = RuntimeSettings.from_environ({"KAIZEN_LIBRARY_ENABLED": value})
+    settings = KaizenSettings.from_environ({"KAIZEN_LIBRARY_ENABLED": value})
     assert settings.KAIZEN_LIBRARY_ENABLED is enabled
     withheld = withheld_surfaces(library_enabled=settings.KAIZEN_LIBRARY_ENABLED)
     assert withheld == (frozenset() if enabled else frozenset({LIBRARY_SURFACE}))
@@ -47,7 +47,7 @@ def test_the_library_flag_reads_the_usual_boolean_spellings(value: str, enabled:
 
 def test_an_unreadable_library_flag_names_the_setting() -> None:
     with pytest.raises(SettingsError, match="KAIZEN_LIBRARY_ENABLED"):
-        RuntimeSettings.from_environ({"KAIZEN_LIBRARY_ENABLED": "sometimes"})
+        KaizenSettings.from_environ({"KAIZEN_LIBRARY_ENABLED": "sometimes"})
 
 
 @pytest.mark.rule("R-017")
@@ -55,11 +55,11 @@ def test_an_unreadable_library_flag_names_the_setting() -> None:
 def test_correction_attempts_are_capped_at_three(value: str, ok: bool) -> None:
     environ = {"AGENT_STREAM_CORRECTION_MAX_ATTEMPTS": value}
     if ok:
-        assert RuntimeSettings.from_environ(environ).AGENT_STREAM_CORRECTION_MAX_ATTEMPTS == int(
+        assert KaizenSettings.from_environ(environ).AGENT_STREAM_CORRECTION_MAX_ATTEMPTS == int(
             value)
     else:
         with pytest.raises(SettingsError, match="AGENT_STREAM_CORRECTION_MAX_ATTEMPTS"):
-            RuntimeSettings.from_environ(environ)
+            KaizenSettings.from_environ(environ)
 
 
 @pytest.mark.rule("R-018")
@@ -73,17 +73,17 @@ def test_correction_attempts_are_capped_at_three(value: str, ok: bool) -> None:
 ])
 def test_out_of_bounds_correction_rules_are_rejected(rules: list[dict[str, object]]) -> None:
     with pytest.raises(SettingsError, match="AGENT_STREAM_CORRECTION_RULES"):
-        RuntimeSettings.from_environ({"AGENT_STREAM_CORRECTION_RULES": json.dumps(rules)})
+        KaizenSettings.from_environ({"AGENT_STREAM_CORRECTION_RULES": json.dumps(rules)})
 
 
 def test_correction_rules_must_be_json() -> None:
     with pytest.raises(SettingsError, match="AGENT_STREAM_CORRECTION_RULES"):
-        RuntimeSettings.from_environ({"AGENT_STREAM_CORRECTION_RULES": "[{"})
+        KaizenSettings.from_environ({"AGENT_STREAM_CORRECTION_RULES": "[{"})
 
 
 def test_valid_correction_rules_reach_the_run_manifest_types() -> None:
     raw = [{"id": "no-apology", "pattern": "As an AI", "reminder": "Answer directly."}]
-    settings = RuntimeSettings.from_environ({"AGENT_STREAM_CORRECTION_RULES": json.dumps(raw)})
+    settings = KaizenSettings.from_environ({"AGENT_STREAM_CORRECTION_RULES": json.dumps(raw)})
     (rule,) = settings.correction_rules()
     assert (rule.id, rule.pattern, rule.reminder) == ("no-apology", "As an AI",
                                                        "Answer directly.")
@@ -97,13 +97,49 @@ def test_valid_correction_rules_reach_the_run_manifest_types() -> None:
 ])
 def test_out_of_bounds_values_name_the_setting(name: str, value: str) -> None:
     with pytest.raises(SettingsError, match=name):
-        RuntimeSettings.from_environ({name: value})
+        KaizenSettings.from_environ({name: value})
 
 
-def _refused_start_up_log(tmp_path: Path, env: dict[str, str]) -> str:
-    """Start a server with ``env``; it must exit non-zero. Its log."""
+@pytest.mark.parametrize("name, value", [
+    ("KAIZEN_KERNEL_IDLE_SECONDS", "0"),
+    ("KAIZEN_KERNEL_IDLE_SECONDS", "inf"),
+    ("KAIZEN_MAX_MESSAGE_BYTES", "0"),
+    ("KAIZEN_KERNEL_POOL_SIZE", "-1"),
+    ("KAIZEN_KERNEL_CONSOLE", "maybe"),
+    ("KAIZEN_RUN_LEASE_SECONDS", "soon"),
+    ("KAIZEN_GATEWAY_TRANSFER_MAX_FILE_BYTES", "0"),
+    ("KAIZEN_DATABASE_SCHEMA", "kaizen; drop table runs"),
+])
+def test_kaizens_own_settings_are_bounded_too(name: str, value: str) -> None:
+    """No setting falls back silently to its default when it cannot be read."""
+    with pytest.raises(SettingsError, match=name):
+        KaizenSettings.from_environ({name: value})
+
+
+def test_lists_are_comma_separated_and_an_empty_number_means_the_default() -> None:
+    settings = KaizenSettings.from_environ({
+        "KAIZEN_ADMIN_MEMBERS": " alice, bob ,,", "KAIZEN_PLUGINS": "a.b,c",
+        "KAIZEN_KERNEL_POOL_SIZE": "", "KAIZEN_SANDBOX_JAIL": " Off "})
+    assert settings.KAIZEN_ADMIN_MEMBERS == frozenset({"alice", "bob"})
+    assert settings.KAIZEN_PLUGINS == ("a.b", "c")
+    assert settings.KAIZEN_KERNEL_POOL_SIZE == 1
+    assert settings.KAIZEN_SANDBOX_JAIL == "off"
+
+
+def test_a_config_value_is_validated_like_the_environment_and_named_as_both() -> None:
+    base = KaizenSettings.from_environ({"KAIZEN_KERNEL_IDLE_SECONDS": "60"})
+    assert base.with_overrides({"KAIZEN_KERNEL_IDLE_SECONDS": 120}).KAIZEN_KERNEL_IDLE_SECONDS \
+        == 120
+    with pytest.raises(SettingsError, match=r"KAIZEN_KERNEL_IDLE_SECONDS "
+                                            r"\(c\.KaizenApp\.kernel_idle_seconds\)"):
+        base.with_overrides({"KAIZEN_KERNEL_IDLE_SECONDS": -1})
+
+
+def _refused_start_up_log(tmp_path: Path, env: dict[str, str],
+                          args: tuple[str, ...] = ()) -> str:
+    """Start a server with ``env`` (and ``args``); it must exit non-zero. Its log."""
     server = start_server(tmp_path, sqlite_url_for(tmp_path / "k.db"), extra_env=env,
-                          wait=False)
+                          wait=False, extra_args=args)
     try:
         code = server.process.wait(60)
     finally:
@@ -120,6 +156,11 @@ def test_server_refuses_to_start_with_an_out_of_bounds_setting(tmp_path: Path) -
 def test_server_refuses_an_unreadable_library_flag(tmp_path: Path) -> None:
     log = _refused_start_up_log(tmp_path, {"KAIZEN_LIBRARY_ENABLED": "sometimes"})
     assert "Invalid setting KAIZEN_LIBRARY_ENABLED" in log
+
+
+def test_server_refuses_a_bad_value_from_jupyter_config(tmp_path: Path) -> None:
+    log = _refused_start_up_log(tmp_path, {}, ("--KaizenApp.max_message_bytes=0",))
+    assert "Invalid setting KAIZEN_MAX_MESSAGE_BYTES (c.KaizenApp.max_message_bytes)" in log
 
 
 def test_server_refuses_an_unknown_sandbox_jail_mode(tmp_path: Path) -> None:

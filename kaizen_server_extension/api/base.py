@@ -11,7 +11,7 @@ from jupyter_server.base.handlers import APIHandler
 from pydantic import BaseModel, ValidationError
 from tornado import web
 
-from kaizen_server_extension.app import KaizenContext
+from kaizen_server_extension.context import KaizenContext
 from kaizen_server_extension.protocol.errors import (
     BadRequest,
     MemberError,

@@ -26,7 +26,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
-from kaizen_server_extension.app import KaizenContext
+from kaizen_server_extension.context import KaizenContext
 from kaizen_server_extension.events import LiveEvent, Resync, Subscription
 from kaizen_server_extension.protocol.errors import BadRequest, MemberError, NotFound
 from kaizen_server_extension.store.records import EventRecord

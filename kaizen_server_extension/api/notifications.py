@@ -17,7 +17,7 @@ from tornado import web
 from kaizen_server_extension.api.base import KaizenHandler
 from kaizen_server_extension.api.events import ConversationEventsHandler
 from kaizen_server_extension.api.schemas import OpenDestination
-from kaizen_server_extension.app import KaizenContext
+from kaizen_server_extension.context import KaizenContext
 from kaizen_server_extension.lanes.inbox import CompletionInbox, PresenceRegistry
 from kaizen_server_extension.protocol.errors import BadRequest
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from kaizen_server_extension import __version__
+from kaizen_server_extension._version import __version__
 from kaizen_server_extension.api import schemas
 
 JSON = "application/json"

@@ -20,6 +20,7 @@ from kaizen_server_extension.events.messages import (
     BusMessage,
     JournalAppended,
     LiveEvent,
+    LiveEventInvalid,
     Resync,
     live_event,
 )
@@ -157,6 +158,17 @@ class EventBus:
         if self._remote is not None:
             self._remote.send_live(live)
         return live
+
+    def publish_run_live(self, conversation_id: str, kind: str, data: Mapping[str, Any]) -> None:
+        """A run's live-only event (answer and thinking deltas): shown, never stored, and never
+        an error for the run. ``data`` may carry ``run_id``, which becomes the event's own."""
+        fields = dict(data)
+        run_id = fields.pop("run_id", None)
+        try:
+            self.publish_live(conversation_id, {"type": kind, "run_id": run_id, "data": fields})
+        except LiveEventInvalid as exc:
+            # A preview that cannot be shown must not fail the run: the journal has the rest.
+            log.warning("live event %s not published: %s", kind, exc)
 
     def deliver_remote_live(self, event: LiveEvent) -> None:
         """A live event another process published (not re-sent anywhere)."""

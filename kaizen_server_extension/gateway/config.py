@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,16 +50,3 @@ class GatewayConfig:
     @property
     def models_url(self) -> str:
         return self.base_url.rstrip("/") + "/models"
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> GatewayConfig:
-        """Read ``KAIZEN_MODEL_BASE_URL``, ``KAIZEN_MODEL`` and ``KAIZEN_MODEL_API_KEY``."""
-        env = os.environ if environ is None else environ
-        model = env.get("KAIZEN_MODEL", "").strip()
-        if not model:
-            raise ValueError("KAIZEN_MODEL must name the model to use")
-        return cls(
-            base_url=env.get("KAIZEN_MODEL_BASE_URL", "").strip() or DEFAULT_BASE_URL,
-            model=model,
-            api_key=env.get("KAIZEN_MODEL_API_KEY") or None,
-        )

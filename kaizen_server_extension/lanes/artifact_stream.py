@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, cast
 
 from kaizen_server_extension.gateway.assembly import ToolArgumentsDelta
+from kaizen_server_extension.host.store_ports import StoreApprovalModes
 from kaizen_server_extension.policy.approvals import decide
 from kaizen_server_extension.protocol.errors import MemberError
 from kaizen_server_extension.protocol.model import StepEvent, StepFinished, StepSnapshot
@@ -33,7 +34,6 @@ from kaizen_server_extension.store.artifact_checkpoints import (
     CheckpointScope,
     UpdateCheckpoints,
 )
-from kaizen_server_extension.store.policy import StoreApprovalModes
 from kaizen_server_extension.store.store import Store
 
 log = logging.getLogger(__name__)

@@ -19,15 +19,16 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
 
-from kaizen_server_extension.agents import UNSCOPED, KnowledgeScope
+from kaizen_server_extension.host.bundle import admitted_bundle, recorded_admission, resource_digest
+from kaizen_server_extension.host.run_host import LivePublisher, RunHost, ToolCaller
+from kaizen_server_extension.host.tool_backend import FrozenTools
 from kaizen_server_extension.lanes.artifact_stream import checkpointed_step
 from kaizen_server_extension.lanes.context import build_context, roster_for
-from kaizen_server_extension.lanes.host import LivePublisher, RunHost, ToolCaller
 from kaizen_server_extension.lanes.inbox import CompletionInbox, PresenceRegistry
 from kaizen_server_extension.lanes.resume import RECOVERY_EVENTS, RunJournal
 from kaizen_server_extension.policy.synthesis import SYNTHESIS
@@ -38,15 +39,13 @@ from kaizen_server_extension.protocol.model import (
     StepFinished,
     StepSnapshot,
 )
-from kaizen_server_extension.protocol.tools import AdvertisedTool, Capability
-from kaizen_server_extension.resources import NO_RESOURCES, AdmittedResources
+from kaizen_server_extension.protocol.tools import Capability
 from kaizen_server_extension.runtime.port import Budgets, CorrectionRule, ResumePoint, RunManifest
 from kaizen_server_extension.runtime.registry import (
     CONTROLLERS,
     DEFAULT_CONTROLLER,
     controller_for,
 )
-from kaizen_server_extension.settings import SettingsError
 from kaizen_server_extension.store.attachments import AttachmentStore
 from kaizen_server_extension.store.notifications import NotificationRepository
 from kaizen_server_extension.store.records import AgentRecord, ConversationRecord, RunRecord
@@ -59,51 +58,6 @@ log = logging.getLogger("kaizen.lanes")
 
 LEASE = timedelta(seconds=30)
 RECOVERY_INTERVAL_S = 10.0
-#: Lease length of an active run, in seconds (1-3600, default 30). The holder renews it every
-#: quarter of that while it runs the turn; another replica recovers a run whose lease ran out.
-LEASE_ENV = "KAIZEN_RUN_LEASE_SECONDS"
-
-
-def lease_from_environ(environ: Mapping[str, str]) -> timedelta:
-    raw = environ.get(LEASE_ENV, "").strip()
-    if not raw:
-        return LEASE
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = float("nan")
-    if not 1 <= seconds <= 3600:  # also false for nan
-        raise SettingsError(f"Invalid setting {LEASE_ENV}: must be a number of seconds "
-                            "between 1 and 3600")
-    return timedelta(seconds=seconds)
-
-
-@dataclass(frozen=True, slots=True)
-class FrozenTools:
-    """What the tool backend froze for one run (digest-bound, R-020)."""
-
-    advertised: tuple[AdvertisedTool, ...]
-    digest: str
-    required_tool: str | None
-    # The backend's own frozen catalog, handed back to it when the run's caller is built.
-    catalog: object = None
-    # Held back behind tool discovery until a search reveals them.
-    deferred: tuple[AdvertisedTool, ...] = ()
-    # The turn's attached files, pinned at acceptance and bound into the bundle's resource
-    # digest at admission; run_code projects exactly these (R-454, R-455).
-    resources: AdmittedResources = NO_RESOURCES
-    # The agent version's knowledge scope (R-002): the retrieval tools intersect it with the
-    # member's access at every call. Bound into the resource digest with the agent version.
-    knowledge_scope: KnowledgeScope = UNSCOPED
-
-    # Per frozen tool, the arguments observers never see (``tool(withheld_arguments=)``).
-    withheld_arguments: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
-
-    @property
-    def read_tools(self) -> frozenset[str]:
-        """The frozen tools that only read (advertised or deferred)."""
-        return frozenset(tool.name for tool in (*self.advertised, *self.deferred)
-                         if tool.capability is Capability.READ)
 
 
 class ToolBackend(Protocol):
@@ -143,7 +97,8 @@ class LaneService:
     ) -> None:
         self.store = store
         self.lane = RunLane(store)
-        self.lease = lease if lease is not None else lease_from_environ(os.environ)
+        # KAIZEN_RUN_LEASE_SECONDS (settings.py), 30 s by default.
+        self.lease = lease if lease is not None else LEASE
         # Stale leases are looked for a few times per lease, at most every RECOVERY_INTERVAL_S.
         self.recovery_interval_s = min(RECOVERY_INTERVAL_S,
                                        max(self.lease.total_seconds() / 3, 0.2))
@@ -288,18 +243,13 @@ class LaneService:
         # The attached files: a changed list is a different bundle (R-454, R-455).
         resources = await AttachmentStore(self.store).for_input(run.input_id)
         tools = dataclasses.replace(tools, resources=resources)
-        bundle = AuthorityBundle(
-            run_id=run.id, conversation_id=run.conversation_id,
-            input_position=run.input_position, member=run.member,
-            agent_version_id=agent.version_id,
-            audience_version=conversation.audience_version,
-            resource_digest=resource_digest(conversation, agent, tools.digest, resources),
-            fence=run.fence,
-        )
-        admitted = await self.lane.admit(run.id, run.fence, Admission(
+        admission = Admission(
             agent_version_id=agent.version_id, audience_version=conversation.audience_version,
-            resource_digest=bundle.resource_digest, catalog_digest=tools.digest, model=model,
-        ), {"input_position": run.input_position, "agent_id": agent.id,
+            resource_digest=resource_digest(conversation, agent, tools.digest, resources),
+            catalog_digest=tools.digest, model=model)
+        bundle = admitted_bundle(run, admission)
+        admitted = await self.lane.admit(run.id, run.fence, admission, {
+            "input_position": run.input_position, "agent_id": agent.id,
             "agent_version": agent.version, "model": model, "catalog_digest": tools.digest,
             "tools": [t.name for t in tools.advertised],
             "correction": correction_binding(self._config),
@@ -477,9 +427,9 @@ class LaneService:
         point = journal.resume_point(rebuilt, self._config.correction_rules)
         if point is None:
             obstacle = obstacle or "admission_changed"
+        admission = recorded_admission(run)
         if obstacle is not None or point is None or agent is None or tools is None \
-                or gateway is None or run.model is None or run.resource_digest is None \
-                or run.audience_version is None:
+                or gateway is None or run.model is None or admission is None:
             await self._settle_recovered(run, rebuilt, "failed", "interrupted", {
                 "dangling_calls": len(rebuilt), "not_resumed": obstacle or "unknown",
                 "message": INTERRUPTED_MESSAGE})
@@ -491,12 +441,7 @@ class LaneService:
         if not resumed:
             return  # cancelled or taken over again meanwhile: whoever did settles it
         # The bundle the run was admitted with, field for field (R-006, R-007).
-        bundle = AuthorityBundle(
-            run_id=run.id, conversation_id=run.conversation_id,
-            input_position=run.input_position, member=run.member,
-            agent_version_id=run.agent_version_id, audience_version=run.audience_version,
-            resource_digest=run.resource_digest, fence=run.fence,
-        )
+        bundle = admitted_bundle(run, admission)
         manifest = await self._manifest(run, bundle, agent, conversation, tools)
         await self._drive_turn(run, bundle, tools, manifest, run.model, gateway, cancelled,
                                resume=point, controller_name=str(controller_name))
@@ -535,19 +480,3 @@ def correction_binding(config: LaneConfig) -> dict[str, Any]:
     digest = hashlib.sha256(json.dumps(rules, separators=(",", ":")).encode()).hexdigest()
     return {"rule_ids": [r.id for r in config.correction_rules], "digest": digest,
             "max_attempts": config.budgets.correction_max_attempts}
-
-
-def resource_digest(conversation: ConversationRecord, agent: AgentRecord,
-                    catalog_digest: str, resources: AdmittedResources = NO_RESOURCES) -> str:
-    """Digest of what the run is authorized over: room, roster, agent version, catalog and
-    the turn's attached files (ids, exact versions, content digests)."""
-    payload = json.dumps({
-        "conversation": conversation.id,
-        "participants": sorted(conversation.participants),
-        "agent_version": agent.version_id,
-        "knowledge_scope": agent.knowledge_scope,
-        "catalog": catalog_digest,
-        "resources": resources.digest,
-    }, sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()
-

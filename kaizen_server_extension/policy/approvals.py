@@ -26,8 +26,8 @@ import enum
 import hashlib
 from dataclasses import dataclass
 
-from kaizen_server_extension.protocol.tools import Capability
-from kaizen_server_extension.tools.types import ToolDescriptor, WriteCategory
+from kaizen_server_extension.policy.declared import DeclaredTool
+from kaizen_server_extension.protocol.tools import Capability, WriteCategory
 
 
 class ApprovalMode(enum.StrEnum):
@@ -72,7 +72,7 @@ class GateDecision:
     needs_approval: bool
 
 
-def guard_for(descriptor: ToolDescriptor) -> Guard:
+def guard_for(descriptor: DeclaredTool) -> Guard:
     """Classify by declaration; anything inconsistent or undeclared takes the strictest guard."""
     capability, category = descriptor.capability, descriptor.write_category
     if capability in (Capability.SENSITIVE, Capability.UNDECLARED):
@@ -89,7 +89,7 @@ def guard_for(descriptor: ToolDescriptor) -> Guard:
     return Guard.APPROVAL_GATE
 
 
-def decide(mode: ApprovalMode, descriptor: ToolDescriptor) -> GateDecision:
+def decide(mode: ApprovalMode, descriptor: DeclaredTool) -> GateDecision:
     """Whether this call needs a member decision under ``mode``."""
     guard = guard_for(descriptor)
     if guard is Guard.NONE:

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kaizen_server_extension.policy.approvals import ApprovalMode
+from kaizen_server_extension.policy.declared import DeclaredTool
 from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.protocol.tools import ToolCallRequest, ToolOutcome
-from kaizen_server_extension.tools.types import ToolDescriptor
 
 log = logging.getLogger("kaizen.policy.guardrails")
 
@@ -60,7 +60,7 @@ class GuardrailCall:
 
     bundle: AuthorityBundle
     request: ToolCallRequest
-    descriptor: ToolDescriptor
+    descriptor: DeclaredTool
     arguments: Mapping[str, Any]
     approval_mode: ApprovalMode
 
@@ -86,7 +86,7 @@ class GuardrailResult:
 
     bundle: AuthorityBundle
     request: ToolCallRequest
-    descriptor: ToolDescriptor
+    descriptor: DeclaredTool
     outcome: ToolOutcome
     content: str
 

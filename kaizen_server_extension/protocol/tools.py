@@ -19,6 +19,15 @@ class Capability(enum.StrEnum):
     UNDECLARED = "undeclared"
 
 
+class WriteCategory(enum.StrEnum):
+    """How a write is guarded (spec: Write tools and side effects)."""
+
+    NONE = "none"  # reads
+    MEMBER_STORE = "member_store"  # member-owned store writes: the write guard
+    ISOLATED_EXECUTION = "isolated_execution"  # run_code, workspace: the sandbox lease
+    EXTERNAL_EFFECT = "external_effect"  # the approval gate under ask_for_writes
+
+
 class ToolOutcome(enum.StrEnum):
     """Exactly one per invocation (API.md ``tool.settled``)."""
 
@@ -166,3 +175,22 @@ class ToolCall:
     call_id: str
     name: str
     arguments: str
+
+
+# --- the chat canvas's vocabulary: what a tool builds, what its payload says instead ------
+
+#: What the model's payload says in place of each item shown on the canvas. Plain words with
+#: no quote, backslash or control character, so it appears verbatim in the JSON projection and
+#: :func:`withdraw_claims` finds every copy.
+ON_SCREEN = "shown on screen to the member; summarize it, do not reproduce it"
+PNG_MEDIA_TYPE = "image/png"
+MARKDOWN_MEDIA_TYPE = "text/markdown"
+
+
+def markdown_item(markdown: str, title: str | None = None) -> CanvasItem:
+    return CanvasItem(kind="markdown", data=markdown, media_type=MARKDOWN_MEDIA_TYPE,
+                      title=title)
+
+
+def png_item(base64_data: str, alt: str) -> CanvasItem:
+    return CanvasItem(kind="image", data=base64_data, media_type=PNG_MEDIA_TYPE, title=alt)

@@ -6,14 +6,17 @@ import argparse
 import asyncio
 import os
 import sys
+from pathlib import Path
 
+from jupyter_core.paths import jupyter_data_dir
+
+from kaizen_server_extension.settings import KaizenSettings
 from kaizen_server_extension.store.engine import create_engine, upgrade
 
 
 def default_database_url() -> str:
-    from kaizen_server_extension.app import default_database_url as app_default
-
-    return os.environ.get("KAIZEN_DATABASE_URL") or app_default()
+    """The server's own: ``KAIZEN_DATABASE_URL``, else SQLite in the Jupyter data dir."""
+    return KaizenSettings.from_environ(os.environ).database_url(Path(jupyter_data_dir()))
 
 
 def main(argv: list[str] | None = None) -> int:

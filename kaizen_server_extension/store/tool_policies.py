@@ -1,6 +1,6 @@
 """Admin tool policies (``tool_policies``): list, set and delete, each change audited.
 
-The pipeline reads these rows on every tool call (``store/policy.py``), so a change made here
+The pipeline reads these rows on every tool call (``host/store_ports.py``), so a change made here
 takes effect on the next call of a running turn. A row denies or allows one tool for one member,
 or for everyone with member ``*``; the member's own row overrides the everyone row, and no row
 allows.

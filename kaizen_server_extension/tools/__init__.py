@@ -5,7 +5,7 @@ in the registry, catalog or runner (which import the plugins in turn).
 """
 
 from kaizen_server_extension.protocol.errors import MemberSafeError
-from kaizen_server_extension.protocol.tools import Capability
+from kaizen_server_extension.protocol.tools import Capability, WriteCategory
 from kaizen_server_extension.tools.decorators import tool
 from kaizen_server_extension.tools.hookspecs import hookimpl
 from kaizen_server_extension.tools.types import (
@@ -15,7 +15,6 @@ from kaizen_server_extension.tools.types import (
     ToolContext,
     ToolDescriptor,
     TrustedBody,
-    WriteCategory,
 )
 
 __all__ = [

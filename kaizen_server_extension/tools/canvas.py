@@ -29,14 +29,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kaizen_server_extension.policy.redaction import redact_text
-from kaizen_server_extension.protocol.tools import CanvasItem, ToolCallResult
+from kaizen_server_extension.protocol.tools import (
+    MARKDOWN_MEDIA_TYPE,
+    ON_SCREEN,
+    PNG_MEDIA_TYPE,
+    CanvasItem,
+    ToolCallResult,
+)
 
 log = logging.getLogger("kaizen.canvas")
 
-#: What the model's payload says in place of each item shown on the canvas. Plain words with
-#: no quote, backslash or control character, so it appears verbatim in the JSON projection and
-#: :func:`withdraw_claims` finds every copy.
-ON_SCREEN = "shown on screen to the member; summarize it, do not reproduce it"
 #: What replaces each marker when the canvas was dropped (R-278).
 NOTHING_RENDERED = "nothing was rendered; do not describe rows or images you were not given"
 
@@ -58,8 +60,6 @@ MAX_CANVAS_TOTAL_CHARS = 1024 * 1024
 #: Characters of an item's title or alternative text.
 MAX_CANVAS_LABEL_CHARS = 200
 
-PNG_MEDIA_TYPE = "image/png"
-MARKDOWN_MEDIA_TYPE = "text/markdown"
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # The first chunk of every PNG: length 13, type IHDR (width, height, ...).
 _PNG_IHDR = b"\x00\x00\x00\x0dIHDR"
@@ -74,15 +74,6 @@ class CanvasRejected(Exception):
     def __init__(self, code: str) -> None:
         super().__init__(code)
         self.code = code
-
-
-def markdown_item(markdown: str, title: str | None = None) -> CanvasItem:
-    return CanvasItem(kind="markdown", data=markdown, media_type=MARKDOWN_MEDIA_TYPE,
-                      title=title)
-
-
-def png_item(base64_data: str, alt: str) -> CanvasItem:
-    return CanvasItem(kind="image", data=base64_data, media_type=PNG_MEDIA_TYPE, title=alt)
 
 
 def withdraw_claims(content: str) -> str:

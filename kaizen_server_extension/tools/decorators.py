@@ -14,7 +14,7 @@ from typing import Any
 
 import pydantic
 
-from kaizen_server_extension.protocol.tools import Capability
+from kaizen_server_extension.protocol.tools import Capability, WriteCategory
 from kaizen_server_extension.tools.types import (
     DEFAULT_TIMEOUT_S,
     AuthorizeImpl,
@@ -22,7 +22,6 @@ from kaizen_server_extension.tools.types import (
     RoomClass,
     ToolDescriptor,
     ToolImpl,
-    WriteCategory,
 )
 
 # What OpenAI-compatible providers accept as a function name; anything else fails the whole

@@ -16,6 +16,22 @@ from types import MappingProxyType
 # family; the registry loads them exactly as it loads DEFAULT_PLUGINS.
 CORE_PLUGINS: tuple[str, ...] = ("kaizen_server_extension.tools.discovery",)
 
+#: The first-party plugin modules (``plugins/kaizen_plugins``), loaded by name through the same
+#: hooks a third-party package uses. Named here, not imported, so the tool layer never imports
+#: the plugins that import it.
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "kaizen_plugins.roster",
+    "kaizen_plugins.canvas",
+    "kaizen_plugins.readme",
+    "kaizen_plugins.code",
+    "kaizen_plugins.artifacts",
+    "kaizen_plugins.library",
+    "kaizen_plugins.workspace",
+    "kaizen_plugins.agents",
+    # The built-in model providers (openai-compatible, local), through the provider hook.
+    "kaizen_plugins.providers",
+)
+
 BUILTIN_TOOLS: Mapping[str, str] = MappingProxyType(
     {
         "tool_search": "kaizen_server_extension.tools.discovery",

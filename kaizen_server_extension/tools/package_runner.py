@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kaizen_server_extension.protocol.tools import Capability
+from kaizen_server_extension.protocol.tools import Capability, WriteCategory
 from kaizen_server_extension.tools.decorators import TOOL_NAME_RE
 from kaizen_server_extension.tools.types import (
     MAX_TIMEOUT_S,
@@ -32,7 +32,6 @@ from kaizen_server_extension.tools.types import (
     RoomClass,
     ToolContext,
     ToolDescriptor,
-    WriteCategory,
 )
 
 CHILD_SCRIPT = Path(__file__).with_name("package_runner_child.py")

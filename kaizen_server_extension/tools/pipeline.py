@@ -60,17 +60,6 @@ from kaizen_server_extension.policy.guardrails import (
     NeedsApproval,
     Redact,
 )
-from kaizen_server_extension.policy.ports import (
-    ApprovalModeResolver,
-    ApprovalStore,
-    ArgumentValidator,
-    AuditSink,
-    AuthorityCheck,
-    PermissionResolver,
-    ResourceAuthorizer,
-    RosterCheck,
-    ToolExecutor,
-)
 from kaizen_server_extension.policy.redaction import redact, redact_text, withhold
 from kaizen_server_extension.protocol.authority import AuthorityBundle, AuthorityRejected
 from kaizen_server_extension.protocol.errors import MemberSafeError, RunCancelled
@@ -82,6 +71,7 @@ from kaizen_server_extension.protocol.tools import (
     ToolCallRequest,
     ToolCallResult,
     ToolOutcome,
+    WriteCategory,
 )
 from kaizen_server_extension.tools.ledger import TurnLedger
 from kaizen_server_extension.tools.metrics import (
@@ -91,6 +81,19 @@ from kaizen_server_extension.tools.metrics import (
     log_failed_result,
 )
 from kaizen_server_extension.tools.outcomes import advice_for, failure_details
+from kaizen_server_extension.tools.ports import (
+    ApprovalModeResolver,
+    ApprovalStore,
+    ArgumentValidator,
+    AuditSink,
+    AuthorityCheck,
+    CallFactsView,
+    CallScope,
+    PermissionResolver,
+    ResourceAuthorizer,
+    RosterCheck,
+    ToolExecutor,
+)
 from kaizen_server_extension.tools.schema import validate_arguments
 from kaizen_server_extension.tools.types import (
     RegisteredTool,
@@ -98,7 +101,6 @@ from kaizen_server_extension.tools.types import (
     RoomClass,
     ToolDescriptor,
     TrustedBody,
-    WriteCategory,
 )
 
 log = logging.getLogger("kaizen.tools.pipeline")
@@ -214,21 +216,29 @@ class ToolPipeline:
 
     # --- entry point -----------------------------------------------------------------------
 
-    async def run(self, bundle: AuthorityBundle, request: ToolCallRequest) -> ToolCallResult:
+    async def run(self, bundle: AuthorityBundle, request: ToolCallRequest,
+                  scope: CallScope | None = None) -> ToolCallResult:
         """Settle one call, or raise ``AuthorityRejected`` / ``RunCancelled`` /
-        :class:`ApprovalPending` (none of which is a settled result)."""
+        :class:`ApprovalPending` (none of which is a settled result).
+
+        ``scope`` is what the dispatcher read for this call and where its audit goes; the
+        facts the authority check returns are handed to this call's later checks, and to
+        no other call's."""
+        scope = scope if scope is not None else CallScope()
+        audit = scope.audit if scope.audit is not None else self._audit
         try:
             if self._cancelled is not None and self._cancelled.is_set():
                 raise RunCancelled()
-            await self._authority.verify(bundle)
-            settled = await self._decide_and_execute(bundle, request)
-            return await self._finish(bundle, request, settled)
+            facts = await self._authority.verify(bundle, scope.take_facts())
+            settled = await self._decide_and_execute(bundle, request, facts, audit)
+            return await self._finish(bundle, request, settled, audit)
         except asyncio.CancelledError as exc:
             # The turn is over (member stop or inactivity budget): never settled (R-262).
             raise RunCancelled() from exc
 
     async def _decide_and_execute(
-        self, bundle: AuthorityBundle, request: ToolCallRequest
+        self, bundle: AuthorityBundle, request: ToolCallRequest,
+        facts: CallFactsView | None, audit: AuditSink,
     ) -> _Settled:
         known = self._tools.get(request.name)
         if request.refused is not None:
@@ -237,7 +247,7 @@ class ToolPipeline:
             return self._denied(request, _protocol_denial(request.refused),
                                 known.descriptor if known else None)
         try:
-            registered = await self._admit(bundle, request.name, known)
+            registered = await self._admit(bundle, request.name, known, facts)
         except PolicyDenied as denied:
             return self._denied(request, denied, known.descriptor if known else None)
         descriptor = registered.descriptor
@@ -260,7 +270,7 @@ class ToolPipeline:
             )
 
         try:
-            declined = await self._gate(bundle, request, descriptor, arguments)
+            declined = await self._gate(bundle, request, descriptor, arguments, facts)
         except PolicyDenied as denied:
             return self._denied(request, denied, descriptor)
         if declined is not None:
@@ -271,15 +281,16 @@ class ToolPipeline:
             return self._denied(request, denied, descriptor)
         if refused is not None:
             return refused
-        settled = await self._execute(bundle, request, registered, arguments)
+        settled = await self._execute(bundle, request, registered, arguments, audit)
         return await self._check_result(bundle, request, descriptor, settled)
 
     # --- steps 2-4: permissions, ceiling, room ---------------------------------------------
 
     async def _admit(
-        self, bundle: AuthorityBundle, name: str, registered: RegisteredTool | None
+        self, bundle: AuthorityBundle, name: str, registered: RegisteredTool | None,
+        facts: CallFactsView | None,
     ) -> RegisteredTool:
-        await self._check_permission(bundle, name)
+        await self._check_permission(bundle, name, facts)
         try:
             self._ceiling.check(name)
         except PolicyDenied:
@@ -295,7 +306,7 @@ class ToolPipeline:
         descriptor = registered.descriptor
         if descriptor.room_class in _PRIVATE_ROOM_CLASSES:
             try:
-                private = await self._roster_is_only_initiator(bundle)
+                private = await self._roster_is_only_initiator(bundle, facts)
             except Exception:
                 log.exception("roster check failed; denying %s", name)
                 private = False
@@ -307,9 +318,10 @@ class ToolPipeline:
                 )
         return registered
 
-    async def _check_permission(self, bundle: AuthorityBundle, name: str) -> None:
+    async def _check_permission(self, bundle: AuthorityBundle, name: str,
+                                facts: CallFactsView | None) -> None:
         try:
-            allowed = await self._permissions.allowed(bundle.member, name)
+            allowed = await self._permissions.allowed(bundle.member, name, facts)
         except Exception as exc:
             # A failed access check is an internal error in that check, with no claim about
             # the tool's outcome (R-364); it fails closed.
@@ -357,10 +369,11 @@ class ToolPipeline:
         request: ToolCallRequest,
         descriptor: ToolDescriptor,
         arguments: Mapping[str, Any],
+        facts: CallFactsView | None,
     ) -> _Settled | None:
         """Raise PolicyDenied/ApprovalPending, return a declined result, or None to execute."""
         try:
-            mode = await self._modes.mode_for(bundle.member)
+            mode = await self._modes.mode_for(bundle.member, facts)
         except Exception:
             log.exception("approval mode resolution failed; asking for everything")
             mode = ApprovalMode.ALWAYS_ASK
@@ -438,8 +451,8 @@ class ToolPipeline:
         descriptor = registered.descriptor
         if _may_have_effect(descriptor):
             # The run is still ours and the room unchanged; a lost run is not settled.
-            await self._authority.verify(bundle)
-            await self._check_permission(bundle, request.name)
+            fresh = await self._authority.verify(bundle)
+            await self._check_permission(bundle, request.name, fresh)
         if registered.authorize is None:
             return None
         if self._resources is None:
@@ -485,6 +498,7 @@ class ToolPipeline:
         request: ToolCallRequest,
         registered: RegisteredTool,
         arguments: Mapping[str, Any],
+        audit: AuditSink,
     ) -> _Settled:
         descriptor = registered.descriptor
         timeout = descriptor.effective_timeout_s
@@ -498,14 +512,14 @@ class ToolPipeline:
             done, _ = await asyncio.wait(waiters, timeout=timeout,
                                          return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
-            await self._abandon(bundle, request, descriptor, task)
+            await self._abandon(bundle, request, descriptor, task, audit)
             raise
         finally:
             if stop is not None:
                 stop.cancel()
         if task not in done:
             if stop is not None and stop in done:
-                await self._abandon(bundle, request, descriptor, task)
+                await self._abandon(bundle, request, descriptor, task, audit)
                 raise RunCancelled()
             # A call that may have had an effect reports a tool that would not stop in its one
             # operator WARNING, so the unknown outcome stays one line an operator can join.
@@ -546,11 +560,12 @@ class ToolPipeline:
         request: ToolCallRequest,
         descriptor: ToolDescriptor,
         task: asyncio.Future[object],
+        audit: AuditSink,
     ) -> None:
         """The turn was cancelled under a running tool: stop it and count it, settle nothing."""
         await self._stop(task)
         self._metrics.record(request.name, descriptor.capability, ToolOutcome.ABANDONED)
-        await self._audit_safely(bundle, request, ToolOutcome.ABANDONED, None)
+        await self._audit_safely(audit, bundle, request, ToolOutcome.ABANDONED, None)
 
     # --- step 10: classification, projection and the result guardrails ---------------
 
@@ -789,7 +804,8 @@ class ToolPipeline:
     # --- bookkeeping -----------------------------------------------------------------------
 
     async def _finish(
-        self, bundle: AuthorityBundle, request: ToolCallRequest, settled: _Settled
+        self, bundle: AuthorityBundle, request: ToolCallRequest, settled: _Settled,
+        audit: AuditSink,
     ) -> ToolCallResult:
         result = settled.result
         registered = self._tools.get(request.name)
@@ -803,16 +819,17 @@ class ToolPipeline:
                 outcome=result.outcome, reason_code=settled.reason_code or "failed",
                 domain=result.failure_domain, exit_status=settled.exit_status,
             )
-        await self._audit_safely(bundle, request, result.outcome, settled.raw)
+        await self._audit_safely(audit, bundle, request, result.outcome, settled.raw)
         return result
 
+    @staticmethod
     async def _audit_safely(
-        self, bundle: AuthorityBundle, request: ToolCallRequest, outcome: ToolOutcome,
-        raw: object,
+        audit: AuditSink, bundle: AuthorityBundle, request: ToolCallRequest,
+        outcome: ToolOutcome, raw: object,
     ) -> None:
         # The call has already happened; a failing audit sink must not turn a settled write
         # into an unknown one, so it is reported to operators and the result still returns.
         try:
-            await self._audit.record_tool_call(bundle, request, outcome, raw)
+            await audit.record_tool_call(bundle, request, outcome, raw)
         except Exception:
             log.exception("audit sink failed for tool %s", request.name)

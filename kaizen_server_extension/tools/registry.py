@@ -30,6 +30,7 @@ from kaizen_server_extension.tools import hookspecs
 from kaizen_server_extension.tools.manifest import (
     BUILTIN_TOOLS,
     CORE_PLUGINS,
+    DEFAULT_PLUGINS,
     SHARED_CAPABILITY_TOOLS,
 )
 from kaizen_server_extension.tools.types import RegisteredTool, ToolDescriptor
@@ -43,8 +44,6 @@ class ToolRegistrationError(Exception):
 
 def default_plugin_modules() -> tuple[str, ...]:
     """The first-party plugin modules: the tool layer's own, then ``kaizen_plugins``'."""
-    from kaizen_plugins import DEFAULT_PLUGINS  # imported late: plugins import this package
-
     return (*CORE_PLUGINS, *DEFAULT_PLUGINS)
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kaizen_server_extension.protocol.authority import AuthorityBundle
-from kaizen_server_extension.protocol.tools import CanvasItem, Capability, StoredFile
+from kaizen_server_extension.protocol.tools import CanvasItem, Capability, StoredFile, WriteCategory
 
 DEFAULT_TIMEOUT_S = 30.0
 MAX_TIMEOUT_S = 240.0
@@ -31,15 +31,6 @@ class RoomClass(enum.StrEnum):
     ACTOR_BOUND_WRITE = "actor_bound_write"
     # Missing/malformed/unknown declaration: absent from a shared room.
     UNKNOWN = "unknown"
-
-
-class WriteCategory(enum.StrEnum):
-    """How a write is guarded (spec: Write tools and side effects)."""
-
-    NONE = "none"  # reads
-    MEMBER_STORE = "member_store"  # member-owned store writes: the write guard
-    ISOLATED_EXECUTION = "isolated_execution"  # run_code, workspace: the sandbox lease
-    EXTERNAL_EFFECT = "external_effect"  # the approval gate under ask_for_writes
 
 
 class TrustedBody(dict[str, Any]):

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from kaizen_server_extension.protocol.tools import ON_SCREEN, markdown_item
 from kaizen_server_extension.tools import (
     Capability,
     RoomClass,
@@ -14,12 +15,7 @@ from kaizen_server_extension.tools import (
     hookimpl,
     tool,
 )
-from kaizen_server_extension.tools.canvas import (
-    MAX_CANVAS_LABEL_CHARS,
-    MAX_CANVAS_MARKDOWN_CHARS,
-    ON_SCREEN,
-    markdown_item,
-)
+from kaizen_server_extension.tools.canvas import MAX_CANVAS_LABEL_CHARS, MAX_CANVAS_MARKDOWN_CHARS
 from kaizen_server_extension.tools.hookspecs import ToolRegistrar
 
 MAX_CANVAS_CHARS = MAX_CANVAS_MARKDOWN_CHARS

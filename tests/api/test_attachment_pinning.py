@@ -9,7 +9,7 @@ import hashlib
 import pytest
 from sqlalchemy.exc import IntegrityError
 
-from kaizen_server_extension.lanes.service import resource_digest
+from kaizen_server_extension.host.bundle import resource_digest
 from kaizen_server_extension.protocol.errors import NotFound
 from kaizen_server_extension.resources import AdmittedResources
 from kaizen_server_extension.store import Store

@@ -10,17 +10,16 @@ from typing import Any
 import pytest
 from kaizen_plugins import artifacts as plugin
 
+from kaizen_server_extension.host.store_ports import StoreResourceAuthorization
 from kaizen_server_extension.policy.approvals import ApprovalMode
-from kaizen_server_extension.policy.authority import FixedApprovalMode, FixedBundleAuthority
 from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.protocol.tools import ToolCallRequest, ToolOutcome
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store.artifacts import ArtifactStore
-from kaizen_server_extension.store.policy import StoreResourceAuthorization
 from kaizen_server_extension.tools.pipeline import ToolPipeline
 from kaizen_server_extension.tools.types import RegisteredTool
 from tests.artifacts.support import Ctx, bundle_of, live_run, room
-from tests.policy.fakes import Audit, Permissions, Roster
+from tests.policy.fakes import Audit, FixedApprovalMode, FixedBundleAuthority, Permissions, Roster
 
 
 async def _pipeline(store: Store) -> tuple[ToolPipeline, AuthorityBundle]:

@@ -12,13 +12,13 @@ from kaizen_plugins import artifacts as plugin
 from sqlalchemy.exc import IntegrityError
 
 from kaizen_server_extension.protocol.errors import Conflict
+from kaizen_server_extension.protocol.tools import WriteCategory
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.artifact_edit import content_tag
 from kaizen_server_extension.store.artifacts import ArtifactStore, WriteContext
 from kaizen_server_extension.tools import MemberSafeError
 from kaizen_server_extension.tools.schema import validate_arguments
-from kaizen_server_extension.tools.types import WriteCategory
 from tests.artifacts.support import Ctx, bundle_of, live_run, room
 
 

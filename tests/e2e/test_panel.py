@@ -20,9 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
+from kaizen_server_extension.protocol.tools import ON_SCREEN
 from kaizen_server_extension.store.engine import sqlite_url_for
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
-from kaizen_server_extension.tools.canvas import ON_SCREEN
 from tests.support.server import SERVER_TOKEN, ServerProcess, start_server
 
 REPO = Path(__file__).resolve().parents[2]

@@ -39,29 +39,3 @@ def test_unusable_settings_are_refused_at_construction(overrides: dict[str, Any]
 
 def test_api_key_is_not_shown_in_repr() -> None:
     assert "sk-secret" not in repr(config(api_key="sk-secret"))
-
-
-def test_from_env_reads_the_documented_variables() -> None:
-    loaded = GatewayConfig.from_env(
-        {
-            "KAIZEN_MODEL_BASE_URL": "http://127.0.0.1:9/v1",
-            "KAIZEN_MODEL": "small-model",
-            "KAIZEN_MODEL_API_KEY": "sk-x",
-        }
-    )
-
-    assert (loaded.base_url, loaded.model, loaded.api_key) == (
-        "http://127.0.0.1:9/v1",
-        "small-model",
-        "sk-x",
-    )
-
-
-def test_from_env_requires_a_model_and_defaults_the_rest() -> None:
-    with pytest.raises(ValueError):
-        GatewayConfig.from_env({})
-
-    loaded = GatewayConfig.from_env({"KAIZEN_MODEL": "m"})
-
-    assert loaded.base_url == "https://api.openai.com/v1"
-    assert loaded.api_key is None

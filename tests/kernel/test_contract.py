@@ -31,8 +31,8 @@ from kaizen_kernel.schema import (
     RunCodeArgumentsError,
     parse_arguments,
 )
-from kaizen_server_extension.protocol.tools import Capability
-from kaizen_server_extension.tools.types import WriteCategory
+from kaizen_server_extension.protocol.tools import Capability, WriteCategory
+from kaizen_server_extension.settings import KaizenSettings, SettingsError
 
 # --- schema -------------------------------------------------------------------------------
 
@@ -90,15 +90,19 @@ def test_descriptor_is_an_isolated_execution_write_granted_explicitly() -> None:
 
 @pytest.mark.rule("R-077", "R-078")
 def test_budget_defaults_and_env_overrides() -> None:
-    default = ExecutionBudget.from_env({})
-    assert default.wall_seconds == DEFAULT_WALL_SECONDS == 30
-    assert default.output_bytes == DEFAULT_OUTPUT_BYTES == 1024 * 1024
-    tuned = ExecutionBudget.from_env({"SANDBOX_MAX_WALL_SECONDS": "5",
-                                      "SANDBOX_MAX_OUTPUT_BYTES": "2048"})
-    assert (tuned.wall_seconds, tuned.output_bytes) == (5.0, 2048)
-    junk = ExecutionBudget.from_env({"SANDBOX_MAX_WALL_SECONDS": "-1",
-                                     "SANDBOX_MAX_OUTPUT_BYTES": "lots"})
-    assert junk == default
+    assert ExecutionBudget() == ExecutionBudget(DEFAULT_WALL_SECONDS, DEFAULT_OUTPUT_BYTES)
+    assert (DEFAULT_WALL_SECONDS, DEFAULT_OUTPUT_BYTES) == (30, 1024 * 1024)
+    settings = KaizenSettings.from_environ({})
+    assert (settings.SANDBOX_MAX_WALL_SECONDS, settings.SANDBOX_MAX_OUTPUT_BYTES) == (
+        DEFAULT_WALL_SECONDS, DEFAULT_OUTPUT_BYTES)
+    tuned = KaizenSettings.from_environ({"SANDBOX_MAX_WALL_SECONDS": "5",
+                                         "SANDBOX_MAX_OUTPUT_BYTES": "2048"})
+    assert (tuned.SANDBOX_MAX_WALL_SECONDS, tuned.SANDBOX_MAX_OUTPUT_BYTES) == (5, 2048)
+    # Junk is refused naming the setting; there is no silent fallback to the default.
+    for name, junk in (("SANDBOX_MAX_WALL_SECONDS", "-1"), ("SANDBOX_MAX_OUTPUT_BYTES", "lots")):
+        with pytest.raises(SettingsError, match=name):
+            KaizenSettings.from_environ({name: junk})
+    default = ExecutionBudget()
     # A call may ask for less, never more.
     assert default.clamp(999, 10**12) == default
     assert default.clamp(2, 100) == ExecutionBudget(2, 100)

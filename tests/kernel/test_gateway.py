@@ -284,10 +284,14 @@ def test_the_start_request_env_is_allowlisted() -> None:
 
 
 def test_an_unknown_workspace_mode_is_refused() -> None:
-    assert GatewaySettings.from_env({"KAIZEN_GATEWAY_WORKSPACE": "Transfer"}).workspace_mode \
-        == "transfer"
-    with pytest.raises(ValueError, match="KAIZEN_GATEWAY_WORKSPACE"):
-        GatewaySettings.from_env({"KAIZEN_GATEWAY_WORKSPACE": "nfs"})
+    from kaizen_server_extension.settings import KaizenSettings, SettingsError
+
+    assert KaizenSettings.from_environ(
+        {"KAIZEN_GATEWAY_WORKSPACE": "Transfer"}).KAIZEN_GATEWAY_WORKSPACE == "transfer"
+    with pytest.raises(SettingsError, match="KAIZEN_GATEWAY_WORKSPACE"):
+        KaizenSettings.from_environ({"KAIZEN_GATEWAY_WORKSPACE": "nfs"})
+    with pytest.raises(SettingsError, match="KAIZEN_GATEWAY_TRANSFER_MAX_FILES"):
+        KaizenSettings.from_environ({"KAIZEN_GATEWAY_TRANSFER_MAX_FILES": "0"})
 
 
 @pytest_asyncio.fixture

@@ -20,10 +20,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 from sqlalchemy import select, update
 
-from kaizen_server_extension.lanes.host import RunHost
+from kaizen_server_extension.host.bundle import resource_digest
+from kaizen_server_extension.host.run_host import RunHost
+from kaizen_server_extension.host.store_ports import StorePermissions, _bounded_raw
+from kaizen_server_extension.host.tool_backend import PipelineToolBackend
 from kaizen_server_extension.lanes.resume import RECOVERY_EVENTS, RunJournal
-from kaizen_server_extension.lanes.service import resource_digest
-from kaizen_server_extension.lanes.tooling import PipelineToolBackend
 from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.protocol.errors import RunCancelled
 from kaizen_server_extension.protocol.model import StepEvent, StepSnapshot
@@ -32,16 +33,17 @@ from kaizen_server_extension.protocol.tools import (
     ToolCallRequest,
     ToolCallResult,
     ToolOutcome,
+    WriteCategory,
 )
 from kaizen_server_extension.runtime.port import TraceEvent
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.policy import StorePermissions, _bounded_raw, open_call
+from kaizen_server_extension.store.calls import open_call
 from kaizen_server_extension.store.runs import Admission, RunLane
 from kaizen_server_extension.tools.decorators import tool
 from kaizen_server_extension.tools.metrics import ToolMetrics
 from kaizen_server_extension.tools.registry import ToolRegistry
-from kaizen_server_extension.tools.types import RoomClass, ToolContext, WriteCategory
+from kaizen_server_extension.tools.types import RoomClass, ToolContext
 
 
 @dataclass

@@ -27,9 +27,9 @@ import pytest
 
 from kaizen_kernel.execute import DisplayItem
 from kaizen_kernel.service import RunCodeResult
-from kaizen_server_extension.lanes import host as host_module
-from kaizen_server_extension.lanes.host import RunHost
-from kaizen_server_extension.lanes.tooling import BridgeBinding
+from kaizen_server_extension.host import run_host as host_module
+from kaizen_server_extension.host.run_host import RunHost
+from kaizen_server_extension.host.tool_backend import BridgeBinding
 from kaizen_server_extension.policy.guardrails import (
     ALLOW,
     Deny,
@@ -40,12 +40,15 @@ from kaizen_server_extension.policy.guardrails import (
 )
 from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.protocol.tools import (
+    ON_SCREEN,
     CanvasItem,
     Capability,
     FailureDomain,
     ToolCallRequest,
     ToolCallResult,
     ToolOutcome,
+    markdown_item,
+    png_item,
 )
 from kaizen_server_extension.runtime.port import TraceEvent
 from kaizen_server_extension.store import Store
@@ -56,10 +59,7 @@ from kaizen_server_extension.tools.canvas import (
     MAX_CANVAS_MARKDOWN_CHARS,
     MAX_CANVAS_TOTAL_CHARS,
     NOTHING_RENDERED,
-    ON_SCREEN,
-    markdown_item,
     materialize,
-    png_item,
 )
 from kaizen_server_extension.tools.types import TrustedBody
 from tests.lanes.test_call_transactions import _no_model, _turn
@@ -241,7 +241,8 @@ async def _settle(store: Store, settled: ToolCallResult) -> tuple[ToolCallResult
     returned result (what the model gets) and the journaled ``tool.settled`` data."""
     turn = await _turn(store)
 
-    async def call_tool(bundle: AuthorityBundle, request: ToolCallRequest) -> ToolCallResult:
+    async def call_tool(bundle: AuthorityBundle, request: ToolCallRequest,
+                        scope: object = None, /) -> ToolCallResult:
         return replace(settled, call_id=request.call_id)
 
     host = RunHost(store=store, lane=turn.lane, bundle=turn.bundle, model_stream=_no_model,

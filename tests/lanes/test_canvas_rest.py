@@ -20,12 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
+from kaizen_server_extension.protocol.tools import ON_SCREEN
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
-from kaizen_server_extension.tools.canvas import (
-    MAX_CANVAS_IMAGE_BYTES,
-    NOTHING_RENDERED,
-    ON_SCREEN,
-)
+from kaizen_server_extension.tools.canvas import MAX_CANVAS_IMAGE_BYTES, NOTHING_RENDERED
 from tests.conftest import BACKENDS, served_by
 from tests.lanes.test_turns import _events, _room, _send, _settled
 from tests.support.server import ServerProcess

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from kaizen_server_extension.lanes.host import generation_placeholders
+from kaizen_server_extension.host.run_host import generation_placeholders
 from kaizen_server_extension.runtime.port import TraceEvent
 from kaizen_server_extension.store import Store
 from tests.conftest import BACKENDS, scripted_server

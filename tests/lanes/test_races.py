@@ -392,13 +392,13 @@ def test_kill_9_mid_tool_recovers_once_rebuilds_the_call_and_the_room_moves_on(
 
 
 def test_a_bad_lease_setting_is_refused() -> None:
-    from kaizen_server_extension.lanes.service import lease_from_environ
-    from kaizen_server_extension.settings import SettingsError
+    from kaizen_server_extension.settings import KaizenSettings, SettingsError
 
-    assert lease_from_environ({}).total_seconds() == 30
-    assert lease_from_environ({"KAIZEN_RUN_LEASE_SECONDS": "2.5"}).total_seconds() == 2.5
+    assert KaizenSettings.from_environ({}).run_lease().total_seconds() == 30
+    assert KaizenSettings.from_environ(
+        {"KAIZEN_RUN_LEASE_SECONDS": "2.5"}).run_lease().total_seconds() == 2.5
     for bad in ("0", "-1", "nan", "soon", "7200"):
         with pytest.raises(SettingsError, match="KAIZEN_RUN_LEASE_SECONDS"):
-            lease_from_environ({"KAIZEN_RUN_LEASE_SECONDS": bad})
+            KaizenSettings.from_environ({"KAIZEN_RUN_LEASE_SECONDS": bad})
 
 

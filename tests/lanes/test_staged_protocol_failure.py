@@ -21,10 +21,10 @@ from kaizen_server_extension.protocol.tools import (
     ProtocolFailure,
     ToolCallRequest,
     ToolOutcome,
+    WriteCategory,
 )
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.tools.types import WriteCategory
 from tests.conftest import BACKENDS, scripted_server, with_server_store
 from tests.lanes.test_turns import _events, _room, _send, _settled
 from tests.policy.fakes import BUNDLE, harness, make_tool, returning

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kaizen_server_extension.lanes.tooling import _with_reveals
+from kaizen_server_extension.host.tool_backend import _with_reveals
 from kaizen_server_extension.protocol.tools import ToolCallResult, ToolOutcome
 
 

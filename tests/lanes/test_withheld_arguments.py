@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kaizen_server_extension.lanes.host import shown_arguments
+from kaizen_server_extension.host.run_host import shown_arguments
 from kaizen_server_extension.policy.redaction import withhold
 from kaizen_server_extension.tools import Capability, ToolContext, tool
 from kaizen_server_extension.tools.decorators import ToolDeclarationError

@@ -16,25 +16,20 @@ from kaizen_server_extension.policy.approvals import (
     ApprovalReceipt,
     ApprovalStatus,
 )
-from kaizen_server_extension.policy.authority import FixedApprovalMode, FixedBundleAuthority
 from kaizen_server_extension.policy.guardrails import Guardrail, GuardrailChain
-from kaizen_server_extension.policy.ports import ApprovalModeResolver, ArgumentValidator
-from kaizen_server_extension.protocol.authority import AuthorityBundle
+from kaizen_server_extension.protocol.authority import AuthorityBundle, verify_bundle
 from kaizen_server_extension.protocol.tools import (
     Capability,
     ToolCallRequest,
     ToolCallResult,
     ToolOutcome,
+    WriteCategory,
 )
 from kaizen_server_extension.tools.ledger import TurnLedger
 from kaizen_server_extension.tools.metrics import ToolMetrics
 from kaizen_server_extension.tools.pipeline import ToolPipeline
-from kaizen_server_extension.tools.types import (
-    RegisteredTool,
-    RoomClass,
-    ToolDescriptor,
-    WriteCategory,
-)
+from kaizen_server_extension.tools.ports import ApprovalModeResolver, ArgumentValidator
+from kaizen_server_extension.tools.types import RegisteredTool, RoomClass, ToolDescriptor
 
 BUNDLE = AuthorityBundle(
     run_id="run-1", conversation_id="conv-1", input_position=3, member="alice",
@@ -82,12 +77,31 @@ def json_object(descriptor: ToolDescriptor, raw: str, /) -> Mapping[str, Any]:
     return value
 
 
+@dataclass(frozen=True, slots=True)
+class FixedBundleAuthority:
+    """Accepts only the bundle the run was admitted with, field for field (R-007); reads no
+    call facts."""
+
+    admitted: AuthorityBundle
+
+    async def verify(self, bundle: AuthorityBundle, prefetched: object = None) -> None:
+        verify_bundle(self.admitted, bundle)
+
+
+@dataclass(frozen=True, slots=True)
+class FixedApprovalMode:
+    mode: ApprovalMode
+
+    async def mode_for(self, member: str, facts: object = None) -> ApprovalMode:
+        return self.mode
+
+
 @dataclass
 class Permissions:
     revoked: set[str] = field(default_factory=set)
     calls: int = 0
 
-    async def allowed(self, member: str, tool_name: str) -> bool:
+    async def allowed(self, member: str, tool_name: str, facts: object = None) -> bool:
         self.calls += 1
         return tool_name not in self.revoked
 
@@ -145,7 +159,7 @@ class Audit:
 class Roster:
     only_initiator: bool = True
 
-    async def __call__(self, bundle: AuthorityBundle, /) -> bool:
+    async def __call__(self, bundle: AuthorityBundle, facts: object = None, /) -> bool:
         return self.only_initiator
 
 

@@ -12,8 +12,8 @@ from kaizen_server_extension.policy.approvals import (
     decide,
     guard_for,
 )
-from kaizen_server_extension.protocol.tools import Capability
-from kaizen_server_extension.tools.types import ToolDescriptor, WriteCategory
+from kaizen_server_extension.protocol.tools import Capability, WriteCategory
+from kaizen_server_extension.tools.types import ToolDescriptor
 
 A, W, N = ApprovalMode.ALWAYS_ASK, ApprovalMode.ASK_FOR_WRITES, ApprovalMode.NEVER_ASK
 

@@ -17,8 +17,8 @@ from kaizen_server_extension.policy.guardrails import (
     ResultVerdict,
     result_guardrail,
 )
-from kaizen_server_extension.protocol.tools import Capability, ToolOutcome
-from kaizen_server_extension.tools.types import RoomClass, WriteCategory
+from kaizen_server_extension.protocol.tools import Capability, ToolOutcome, WriteCategory
+from kaizen_server_extension.tools.types import RoomClass
 from tests.policy.fakes import harness, make_tool, raising, returning
 
 SECRET = "classified-4471"

@@ -27,7 +27,7 @@ from kaizen_server_extension.runtime.port import (
     ResumePoint,
     TerminalStatus,
 )
-from kaizen_server_extension.settings import RuntimeSettings
+from kaizen_server_extension.settings import KaizenSettings
 from kaizen_server_extension.tools.manifest import BUILTIN_TOOLS, STAGED_ARTIFACT_TOOLS
 from kaizen_server_extension.tools.registry import ToolRegistry
 
@@ -70,7 +70,7 @@ def test_the_allowance_is_52_rounds_whatever_the_general_budget_is() -> None:
     assert STAGED_PROTOCOL_ROUNDS == 52
     assert Budgets().staged_protocol_rounds == 52
     for cycles in ("1", "10", "100"):
-        budgets = RuntimeSettings.from_environ({"AGENT_LOOP_MAX_CYCLES": cycles}).budgets()
+        budgets = KaizenSettings.from_environ({"AGENT_LOOP_MAX_CYCLES": cycles}).budgets()
         assert budgets.max_cycles == int(cycles)
         assert budgets.staged_protocol_rounds == 52
 

@@ -6,9 +6,9 @@ from datetime import timedelta
 
 import pytest
 
+from kaizen_server_extension.host.store_ports import StoreAuthority, StorePermissions
 from kaizen_server_extension.protocol.authority import AuthorityBundle, AuthorityRejected
 from kaizen_server_extension.store import Store
-from kaizen_server_extension.store.policy import StoreAuthority, StorePermissions
 from kaizen_server_extension.store.runs import RunLane
 
 

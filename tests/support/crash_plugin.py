@@ -8,9 +8,9 @@ import asyncio
 import os
 from typing import Any
 
+from kaizen_server_extension.protocol.tools import WriteCategory
 from kaizen_server_extension.tools import Capability, RoomClass, ToolContext, hookimpl, tool
 from kaizen_server_extension.tools.hookspecs import Registrar, ToolRegistrar
-from kaizen_server_extension.tools.types import WriteCategory
 
 #: How long a slow tool waits: far longer than any test waits before killing the server.
 SLOW_S = 120

@@ -15,9 +15,9 @@ from kaizen_server_extension.policy.guardrails import (
     ResultVerdict,
     result_guardrail,
 )
+from kaizen_server_extension.protocol.tools import WriteCategory
 from kaizen_server_extension.tools import Capability, RoomClass, ToolContext, hookimpl, tool
 from kaizen_server_extension.tools.hookspecs import Registrar, ToolRegistrar
-from kaizen_server_extension.tools.types import WriteCategory
 
 #: What the guardrail withholds wherever it appears in a projected result.
 MARKER = "WITHHOLD-ME-7731"

@@ -37,8 +37,8 @@ from kaizen_server_extension.agents import (
     KnowledgeScope,
     collect_agents,
 )
-from kaizen_server_extension.lanes.service import resource_digest
-from kaizen_server_extension.lanes.tooling import PipelineToolBackend
+from kaizen_server_extension.host.bundle import resource_digest
+from kaizen_server_extension.host.tool_backend import PipelineToolBackend
 from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.protocol.tools import ToolCallRequest, ToolOutcome
 from kaizen_server_extension.store import Store

@@ -21,8 +21,8 @@ from kaizen_plugins.agents import GENERAL
 from prometheus_client import CollectorRegistry
 from sqlalchemy import select
 
-from kaizen_server_extension.lanes.service import resource_digest
-from kaizen_server_extension.lanes.tooling import PipelineToolBackend
+from kaizen_server_extension.host.bundle import resource_digest
+from kaizen_server_extension.host.tool_backend import PipelineToolBackend
 from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.protocol.tools import ToolCallRequest, ToolCallResult
 from kaizen_server_extension.settings import LIBRARY_SURFACE, withheld_surfaces

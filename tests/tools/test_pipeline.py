@@ -14,9 +14,14 @@ import pytest
 from kaizen_server_extension.policy.errors import ApprovalPending
 from kaizen_server_extension.protocol.authority import AuthorityRejected
 from kaizen_server_extension.protocol.errors import MemberSafeError
-from kaizen_server_extension.protocol.tools import Capability, FailureDomain, ToolOutcome
+from kaizen_server_extension.protocol.tools import (
+    Capability,
+    FailureDomain,
+    ToolOutcome,
+    WriteCategory,
+)
 from kaizen_server_extension.tools.ledger import TurnLedger
-from kaizen_server_extension.tools.types import RoomClass, WriteCategory
+from kaizen_server_extension.tools.types import RoomClass
 from tests.policy.fakes import BUNDLE, harness, make_tool, raising, returning
 
 CREATE = dict(capability=Capability.WRITE, write_category=WriteCategory.MEMBER_STORE,
@@ -94,7 +99,7 @@ async def test_a_failing_permission_resolver_fails_closed_as_an_internal_error(c
     h = harness(make_tool("publish", returning("sent"), capability=Capability.WRITE,
                           write_category=WriteCategory.EXTERNAL_EFFECT))
 
-    async def broken(member: str, tool_name: str) -> bool:
+    async def broken(member: str, tool_name: str, facts: object = None) -> bool:
         raise ConnectionError("directory at 10.1.2.3 unavailable")
 
     h.permissions.allowed = broken  # type: ignore[method-assign]
@@ -115,7 +120,7 @@ async def test_an_unresolvable_approval_mode_is_treated_as_always_ask():
                           write_category=WriteCategory.MEMBER_STORE))
 
     class Broken:
-        async def mode_for(self, member: str) -> Any:
+        async def mode_for(self, member: str, facts: object = None) -> Any:
             raise ConnectionError("settings unavailable")
 
     h = harness(*h.tools.values(), modes=Broken())

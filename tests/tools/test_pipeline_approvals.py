@@ -20,8 +20,7 @@ from kaizen_server_extension.policy.guardrails import (
     GuardrailVerdict,
     NeedsApproval,
 )
-from kaizen_server_extension.protocol.tools import Capability, ToolOutcome
-from kaizen_server_extension.tools.types import WriteCategory
+from kaizen_server_extension.protocol.tools import Capability, ToolOutcome, WriteCategory
 from tests.policy.fakes import BUNDLE, Harness, harness, make_tool, raising, returning
 
 EXTERNAL = dict(capability=Capability.WRITE, write_category=WriteCategory.EXTERNAL_EFFECT)

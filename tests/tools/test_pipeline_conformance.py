@@ -17,8 +17,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from sqlalchemy import select
 
+from kaizen_server_extension.host.store_ports import StoreAuthority, StorePermissions
 from kaizen_server_extension.policy.approvals import ApprovalMode, ApprovalStatus
-from kaizen_server_extension.policy.authority import FixedBundleAuthority
 from kaizen_server_extension.policy.errors import ApprovalPending
 from kaizen_server_extension.policy.guardrails import ALLOW, GuardrailCall, GuardrailChain
 from kaizen_server_extension.protocol.authority import AuthorityBundle, AuthorityRejected
@@ -28,18 +28,19 @@ from kaizen_server_extension.protocol.tools import (
     ToolCallRequest,
     ToolCallResult,
     ToolOutcome,
+    WriteCategory,
 )
 from kaizen_server_extension.store import Store, models
-from kaizen_server_extension.store.policy import StoreAuthority, StorePermissions
 from kaizen_server_extension.tools import pipeline as pipeline_module
 from kaizen_server_extension.tools.catalog import TOOL_SEARCH_NAME
 from kaizen_server_extension.tools.metrics import ToolMetrics
 from kaizen_server_extension.tools.pipeline import OPERATOR_DETAIL_BYTES, ToolPipeline
-from kaizen_server_extension.tools.types import RegisteredTool, WriteCategory
+from kaizen_server_extension.tools.types import RegisteredTool
 from tests.policy.fakes import (
     BUNDLE,
     Approvals,
     Audit,
+    FixedBundleAuthority,
     Harness,
     Permissions,
     Roster,
@@ -70,17 +71,17 @@ def recording_pipeline(*tools: RegisteredTool, ceiling: list[str],
     authority, permissions = FixedBundleAuthority(BUNDLE), Permissions()
 
     class Authority:
-        async def verify(self, bundle: AuthorityBundle) -> None:
+        async def verify(self, bundle: AuthorityBundle, prefetched: object = None) -> None:
             rec.steps.append("bundle")
             await authority.verify(bundle)
 
     class Perms:
-        async def allowed(self, member: str, tool_name: str) -> bool:
+        async def allowed(self, member: str, tool_name: str, facts: object = None) -> bool:
             rec.steps.append("permissions")
             return await permissions.allowed(member, tool_name)
 
     class Modes:
-        async def mode_for(self, member: str) -> ApprovalMode:
+        async def mode_for(self, member: str, facts: object = None) -> ApprovalMode:
             rec.steps.append("approval_mode")
             return mode
 
@@ -111,7 +112,7 @@ def recording_pipeline(*tools: RegisteredTool, ceiling: list[str],
 
     approvals, audit = RecordingApprovals(), RecordingAudit()
 
-    async def roster(bundle: AuthorityBundle, /) -> bool:
+    async def roster(bundle: AuthorityBundle, facts: object = None, /) -> bool:
         return await Roster()(bundle)
 
     pipeline = ToolPipeline(

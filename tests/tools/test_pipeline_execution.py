@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 from kaizen_server_extension.protocol.errors import RunCancelled
-from kaizen_server_extension.protocol.tools import Capability, FailureDomain, ToolOutcome
-from kaizen_server_extension.tools.types import (
-    DEFAULT_TIMEOUT_S,
-    MAX_TIMEOUT_S,
-    ToolDescriptor,
+from kaizen_server_extension.protocol.tools import (
+    Capability,
+    FailureDomain,
+    ToolOutcome,
     WriteCategory,
 )
+from kaizen_server_extension.tools.types import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, ToolDescriptor
 from tests.policy.fakes import harness, make_tool
 
 
@@ -116,7 +116,7 @@ async def test_a_cancellation_during_the_policy_checks_is_not_settled_either():
     h = harness(make_tool("search", Sleeper()))
     gate = asyncio.Event()
 
-    async def slow_permissions(member: str, tool_name: str) -> bool:
+    async def slow_permissions(member: str, tool_name: str, facts: object = None) -> bool:
         gate.set()
         await asyncio.sleep(3600)
         return True

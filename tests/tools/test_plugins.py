@@ -8,14 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from kaizen_plugins import DEFAULT_PLUGINS
 from kaizen_plugins.canvas import MAX_CANVAS_CHARS, show_chat_canvas
 from kaizen_plugins.readme import GUIDELINES, visualize_read_me
 from kaizen_plugins.roster import list_available_agents
 
 from kaizen_server_extension.protocol.authority import AuthorityBundle
+from kaizen_server_extension.protocol.tools import ON_SCREEN, markdown_item
 from kaizen_server_extension.tools import MemberSafeError, RoomClass, ToolRegistry
-from kaizen_server_extension.tools.canvas import ON_SCREEN, markdown_item
 from kaizen_server_extension.tools.catalog import freeze_catalog, project
 from kaizen_server_extension.tools.schema import InvalidArguments, validate_arguments
 
@@ -44,7 +43,7 @@ class Agents:
 def test_default_plugins_register_every_family():
     import importlib
 
-    from kaizen_server_extension.tools.manifest import BUILTIN_TOOLS
+    from kaizen_server_extension.tools.manifest import BUILTIN_TOOLS, DEFAULT_PLUGINS
 
     registry = ToolRegistry.from_plugins(load_entrypoints=False)
     # Every built-in is registered by the module the manifest names for it...

@@ -20,8 +20,8 @@ from kaizen_plugins import library as library_tools
 from prometheus_client import CollectorRegistry
 from sqlalchemy import func, select
 
-from kaizen_server_extension.lanes.service import resource_digest
-from kaizen_server_extension.lanes.tooling import PipelineToolBackend
+from kaizen_server_extension.host.bundle import resource_digest
+from kaizen_server_extension.host.tool_backend import PipelineToolBackend
 from kaizen_server_extension.policy.guardrails import ALLOW, GuardrailCall, GuardrailChain
 from kaizen_server_extension.protocol.authority import AuthorityBundle, AuthorityRejected
 from kaizen_server_extension.protocol.tools import (

@@ -20,21 +20,23 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
+from kaizen_server_extension.host.store_ports import HeldCallAudit
 from kaizen_server_extension.policy.redaction import redact, redact_text, withhold
-from kaizen_server_extension.protocol.authority import AuthorityBundle, AuthorityRejected
+from kaizen_server_extension.protocol.authority import (
+    AuthorityBundle,
+    AuthorityRejected,
+    verify_bundle,
+)
 from kaizen_server_extension.protocol.errors import RunCancelled
 from kaizen_server_extension.protocol.model import StepEvent, StepSnapshot
 from kaizen_server_extension.protocol.tools import StoredFile, ToolCallRequest, ToolCallResult
 from kaizen_server_extension.runtime.port import TerminalOutcome, TraceEvent
-from kaizen_server_extension.store.policy import (
+from kaizen_server_extension.store.calls import (
     CallFacts,
     HeldAudit,
     audit_rows,
-    begin_call,
-    current_call,
-    end_call,
     open_call,
     write_audit_rows,
 )
@@ -42,6 +44,7 @@ from kaizen_server_extension.store.runs import RunLane, live_conversation
 from kaizen_server_extension.store.store import Store, journal_append
 from kaizen_server_extension.store.units import Unit
 from kaizen_server_extension.tools import canvas
+from kaizen_server_extension.tools.ports import CallScope
 
 log = logging.getLogger("kaizen.lanes")
 
@@ -49,8 +52,16 @@ log = logging.getLogger("kaizen.lanes")
 LIVE_ONLY = frozenset({"answer.delta", "thinking.delta"})
 
 ModelStream = Callable[[StepSnapshot], AsyncIterator[StepEvent]]
-ToolCaller = Callable[[AuthorityBundle, ToolCallRequest], Awaitable[ToolCallResult]]
 LivePublisher = Callable[[str, str, dict[str, Any]], None]
+
+
+class ToolCaller(Protocol):
+    """A run's guarded tool caller: ``scope`` is what the dispatcher read for the call and
+    where its audit goes (none: the call's checks read their own, its audit is written at
+    once)."""
+
+    def __call__(self, bundle: AuthorityBundle, request: ToolCallRequest,
+                 scope: CallScope | None = None, /) -> Awaitable[ToolCallResult]: ...
 
 
 #: Longest argument text journaled for observers; the tool still gets the whole of it.
@@ -131,13 +142,17 @@ class RunHost:
         self._read_tools = read_tools
         # Per frozen tool, the arguments observers never see (R-225).
         self._withheld = withheld_arguments or {}
+        # What each call's checks read when its ``tool.requested`` was journaled, by call id,
+        # until the call is dispatched (``call_tool`` hands them to it, once).
+        self._opened: dict[str, CallFacts] = {}
 
     def _verify(self, bundle: AuthorityBundle) -> None:
-        differing = self._admitted.differing_fields(bundle)
-        if differing:
+        try:
+            verify_bundle(self._admitted, bundle)
+        except AuthorityRejected as rejected:
             log.warning("run %s: rejected a call whose authority bundle differs in %s",
-                        self._admitted.run_id, ", ".join(differing))
-            raise AuthorityRejected(differing)
+                        self._admitted.run_id, ", ".join(rejected.fields))
+            raise
 
     # --- HostPort ---------------------------------------------------------------------
 
@@ -150,18 +165,16 @@ class RunHost:
     async def call_tool(self, bundle: AuthorityBundle,
                         request: ToolCallRequest) -> ToolCallResult:
         self._verify(bundle)
-        # Normally ``publish("tool.requested")`` opened this call's scope in this task; a call
-        # without one still gets its own, so its audit row joins the settlement all the same.
-        scope = current_call(bundle.run_id, request.call_id) or begin_call(
-            bundle.run_id, request.call_id)
+        # Normally ``publish("tool.requested")`` read this call's facts; a call without them
+        # has its authority check read its own. Its audit joins the settlement either way.
+        audit = HeldCallAudit(self._store)
+        scope = CallScope(facts=self._opened.pop(request.call_id, None), audit=audit)
         try:
-            result = await self._call_tool(bundle, request)
+            result = await self._call_tool(bundle, request, scope)
         except BaseException:
             # Not settled (cancelled, rejected): whatever audit the call left is written now.
-            await write_audit_rows(self._store, scope.release())
+            await write_audit_rows(self._store, audit.release())
             raise
-        finally:
-            end_call()
         # The canvas is materialized with the event that publishes it. One that cannot be
         # shown is dropped and its on-screen claims withdrawn; the outcome stands (R-277,
         # R-278). The model gets the very content journaled, so a resumed run reads the same.
@@ -186,7 +199,7 @@ class RunHost:
             settled["canvas_dropped"] = True
         durable = request.name not in self._read_tools
         try:
-            await self._journal(bundle, "tool.settled", settled, audit=scope.release(),
+            await self._journal(bundle, "tool.settled", settled, audit=audit.release(),
                                 durable=durable)
         except RunCancelled:
             raise
@@ -292,4 +305,4 @@ class RunHost:
         facts = await self._store.run(unit(), durable=name not in self._read_tools)
         if facts is None:
             raise RunCancelled()
-        begin_call(bundle.run_id, str(data.get("call_id")), facts)
+        self._opened[str(data.get("call_id"))] = facts

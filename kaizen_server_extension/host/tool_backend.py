@@ -15,31 +15,31 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kaizen_server_extension.agents import KNOWLEDGE_SCOPE_SERVICE, KnowledgeScope
-from kaizen_server_extension.lanes.host import ToolCaller
-from kaizen_server_extension.lanes.service import FrozenTools
-from kaizen_server_extension.policy.approvals import ApprovalReceipt
-from kaizen_server_extension.policy.errors import ApprovalPending
-from kaizen_server_extension.policy.guardrails import GuardrailChain
-from kaizen_server_extension.protocol.authority import AuthorityBundle
-from kaizen_server_extension.protocol.errors import MemberSafeError, RunCancelled
-from kaizen_server_extension.protocol.tools import (
-    Capability,
-    ToolCallRequest,
-    ToolCallResult,
-    ToolOutcome,
-)
-from kaizen_server_extension.store.artifacts import ArtifactStore
-from kaizen_server_extension.store.hashline_state import StoredWorkspaceState
-from kaizen_server_extension.store.policy import (
+from kaizen_server_extension.agents import KNOWLEDGE_SCOPE_SERVICE, UNSCOPED, KnowledgeScope
+from kaizen_server_extension.host.run_host import ToolCaller
+from kaizen_server_extension.host.store_ports import (
     StoreApprovalModes,
     StoreApprovals,
     StoreAudit,
     StoreAuthority,
     StorePermissions,
     StoreResourceAuthorization,
-    current_call_facts,
 )
+from kaizen_server_extension.policy.approvals import ApprovalReceipt
+from kaizen_server_extension.policy.errors import ApprovalPending
+from kaizen_server_extension.policy.guardrails import GuardrailChain
+from kaizen_server_extension.protocol.authority import AuthorityBundle
+from kaizen_server_extension.protocol.errors import MemberSafeError, RunCancelled
+from kaizen_server_extension.protocol.tools import (
+    AdvertisedTool,
+    Capability,
+    ToolCallRequest,
+    ToolCallResult,
+    ToolOutcome,
+)
+from kaizen_server_extension.resources import NO_RESOURCES, AdmittedResources
+from kaizen_server_extension.store.artifacts import ArtifactStore
+from kaizen_server_extension.store.hashline_state import StoredWorkspaceState
 from kaizen_server_extension.store.records import AgentRecord, ConversationRecord
 from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.tools.canvas import without_canvas
@@ -47,6 +47,7 @@ from kaizen_server_extension.tools.catalog import FrozenCatalog, freeze_catalog
 from kaizen_server_extension.tools.discovery import TOOL_SEARCH_NAME
 from kaizen_server_extension.tools.metrics import ToolMetrics
 from kaizen_server_extension.tools.pipeline import ToolPipeline
+from kaizen_server_extension.tools.ports import CallFactsView, CallScope
 from kaizen_server_extension.tools.registry import ToolRegistry
 from kaizen_server_extension.tools.types import RegisteredTool
 
@@ -55,6 +56,34 @@ log = logging.getLogger("kaizen.tools")
 #: How often a waiting call looks at its approval row; decisions also arrive over REST in
 #: another process, so the row, not an in-process signal, is the authority.
 APPROVAL_POLL_S = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class FrozenTools:
+    """What the tool backend froze for one run (digest-bound, R-020)."""
+
+    advertised: tuple[AdvertisedTool, ...]
+    digest: str
+    required_tool: str | None
+    # The backend's own frozen catalog, handed back to it when the run's caller is built.
+    catalog: object = None
+    # Held back behind tool discovery until a search reveals them.
+    deferred: tuple[AdvertisedTool, ...] = ()
+    # The turn's attached files, pinned at acceptance and bound into the bundle's resource
+    # digest at admission; run_code projects exactly these (R-454, R-455).
+    resources: AdmittedResources = NO_RESOURCES
+    # The agent version's knowledge scope (R-002): the retrieval tools intersect it with the
+    # member's access at every call. Bound into the resource digest with the agent version.
+    knowledge_scope: KnowledgeScope = UNSCOPED
+
+    # Per frozen tool, the arguments observers never see (``tool(withheld_arguments=)``).
+    withheld_arguments: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def read_tools(self) -> frozenset[str]:
+        """The frozen tools that only read (advertised or deferred)."""
+        return frozenset(tool.name for tool in (*self.advertised, *self.deferred)
+                         if tool.capability is Capability.READ)
 
 
 @dataclass
@@ -159,6 +188,11 @@ class PipelineToolBackend:
         self.approvals = StoreApprovals(store, capability_of)
         self._resources = StoreResourceAuthorization(store)
 
+    @property
+    def tool_names(self) -> frozenset[str]:
+        """Names of the registered tools."""
+        return frozenset(self._registry.names())
+
     def attach_run_code(self, service: Any) -> None:
         """Make the kernel service reachable from the run_code tool (set at server start)."""
         self._run_code = service
@@ -219,10 +253,10 @@ class PipelineToolBackend:
 
         store = self._store
 
-        async def roster_is_only_initiator(run_bundle: AuthorityBundle, /) -> bool:
+        async def roster_is_only_initiator(run_bundle: AuthorityBundle,
+                                           facts: CallFactsView | None = None, /) -> bool:
             # The roster was read with this call's other facts at its authority check.
-            facts = current_call_facts(run_bundle)
-            if facts is not None:
+            if facts is not None and facts.member == run_bundle.member:
                 return facts.only_initiator
             conversation = await store.runs.conversation_of(run_bundle.conversation_id)
             return conversation.participants == (run_bundle.member,)
@@ -243,10 +277,11 @@ class PipelineToolBackend:
             resources=self._resources,
         )
 
-        async def call(run_bundle: AuthorityBundle, request: ToolCallRequest) -> ToolCallResult:
+        async def call(run_bundle: AuthorityBundle, request: ToolCallRequest,
+                       scope: CallScope | None = None, /) -> ToolCallResult:
             while True:
                 try:
-                    result = await pipeline.run(run_bundle, request)
+                    result = await pipeline.run(run_bundle, request, scope)
                     if request.name == TOOL_SEARCH_NAME and not result.failed:
                         result = _with_reveals(result, deferred_names, callable_now)
                     return result

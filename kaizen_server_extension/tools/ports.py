@@ -1,13 +1,20 @@
 """What the tool pipeline needs from the trusted backend, as small Protocols.
 
-The store (runs, permissions, approvals, audit) and the host (tool contexts) implement these;
-the pipeline depends on nothing else, so its ordering and fail-closed behaviour can be tested
-with in-memory fakes.
+The host (``host/store_ports.py``: runs, permissions, approvals, audit over the store; tool
+contexts) implements these; the pipeline depends on nothing else, so its ordering and
+fail-closed behaviour can be tested with in-memory fakes.
+
+What one call's checks read at call time travels explicitly: the dispatcher hands the
+pipeline a :class:`CallScope`, the authority check returns the call's :class:`CallFactsView`,
+and the pipeline passes those facts to each later check of the same call. Nothing is ambient,
+so a call started by another (a kernel's ``tools.call`` during run_code) cannot see or use
+the facts of the call that started it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kaizen_server_extension.policy.approvals import ApprovalMode, ApprovalReceipt
@@ -16,24 +23,67 @@ from kaizen_server_extension.protocol.tools import ToolCallRequest, ToolOutcome
 from kaizen_server_extension.tools.types import RegisteredTool, ResourceVerdict, ToolDescriptor
 
 
+class CallFactsView(Protocol):
+    """What one call's checks read at call time, in one transaction (R-005, R-204, R-222)."""
+
+    @property
+    def member(self) -> str: ...
+
+    @property
+    def approval_mode(self) -> str: ...
+
+    @property
+    def only_initiator(self) -> bool:
+        """The room's roster is exactly the initiating member (R-218)."""
+        ...
+
+    def allowed(self, tool: str) -> bool | None:
+        """The admin policy for ``tool``, or None when these facts did not read it."""
+        ...
+
+
+@dataclass
+class CallScope:
+    """One call as its dispatcher hands it to the pipeline, passed on explicitly.
+
+    ``facts`` were read when the call was journaled, just before dispatch: the call's first
+    authority check uses them once instead of reading again (a re-run after an approval, and
+    the write guard, read afresh). ``audit``, when set, takes the call's audit record instead
+    of the pipeline's own sink (the run's host holds it for the settlement's transaction).
+    """
+
+    facts: CallFactsView | None = None
+    audit: AuditSink | None = None
+
+    def take_facts(self) -> CallFactsView | None:
+        facts, self.facts = self.facts, None
+        return facts
+
+
 class AuthorityCheck(Protocol):
-    async def verify(self, bundle: AuthorityBundle) -> None:
+    async def verify(self, bundle: AuthorityBundle,
+                     prefetched: CallFactsView | None = None) -> CallFactsView | None:
         """Raise ``AuthorityRejected`` unless ``bundle`` matches the admitted run in every field:
         the run row is active, its claim and fence are current, and the audience is unchanged
-        (R-006, R-007, R-222)."""
+        (R-006, R-007, R-222). Returns the facts it checked against (``prefetched`` when they
+        are this run's), for the call's later checks; None when it read none."""
         ...
 
 
 class PermissionResolver(Protocol):
-    async def allowed(self, member: str, tool_name: str) -> bool:
-        """The member's permission for this tool *now*; called on every call, never cached
-        across calls, so a mid-turn revocation bites on the next one (R-005, R-204)."""
+    async def allowed(self, member: str, tool_name: str,
+                      facts: CallFactsView | None = None) -> bool:
+        """The member's permission for this tool *now*: from this call's ``facts`` when they
+        hold the tool's policy, else read; never cached across calls, so a mid-turn
+        revocation bites on the next one (R-005, R-204)."""
         ...
 
 
 class ApprovalModeResolver(Protocol):
-    async def mode_for(self, member: str) -> ApprovalMode:
-        """The member's current approval mode (API.md ``members/me/settings``)."""
+    async def mode_for(self, member: str,
+                       facts: CallFactsView | None = None) -> ApprovalMode:
+        """The member's current approval mode (API.md ``members/me/settings``): this call's
+        ``facts`` when given, else read."""
         ...
 
 
@@ -88,7 +138,8 @@ class ArgumentValidator(Protocol):
 
 
 class RosterCheck(Protocol):
-    async def __call__(self, bundle: AuthorityBundle, /) -> bool:
+    async def __call__(self, bundle: AuthorityBundle,
+                       facts: CallFactsView | None = None, /) -> bool:
         """True when the server-side roster is exactly the initiating member (R-218)."""
         ...
 
