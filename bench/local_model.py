@@ -31,16 +31,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kaizen_server_extension.gateway.constrained import render_messages  # noqa: E402
-from kaizen_server_extension.gateway.local import (  # noqa: E402
+from kaizen_server_extension.local_model import (  # noqa: E402
+    configured_model_path,
+    llama_cpp_available,
+)
+from kaizen_server_extension.models.constrained import render_messages  # noqa: E402
+from kaizen_server_extension.models.local import (  # noqa: E402
     LocalModelConfig,
     LocalModelGateway,
     completion_stream,
     format_prompt,
-)
-from kaizen_server_extension.local_model import (  # noqa: E402
-    configured_model_path,
-    llama_cpp_available,
 )
 from kaizen_server_extension.protocol.model import ChatMessage, StepSnapshot, TextDelta  # noqa: E402
 

@@ -207,7 +207,7 @@ class SandboxKernel:
         """Bring the declared files into the lease workspace before capture.
 
         A local kernel wrote them there itself: nothing to do. A gateway kernel on another
-        host transfers them (see :mod:`kaizen_kernel.gateway_kernel`). Returns refusal
+        host transfers them (see :mod:`kaizen_kernel.remote.kernel`). Returns refusal
         reasons known only to the kernel's side, by target name.
         """
         return {}

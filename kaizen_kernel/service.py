@@ -26,11 +26,11 @@ from typing import Any, Literal
 from kaizen_kernel import files as files_mod
 from kaizen_kernel import resources as resources_mod
 from kaizen_kernel.execute import DisplayItem, ExecutionCapture
-from kaizen_kernel.gateway import GatewaySettings, TransferRefused
 from kaizen_kernel.kernel import Binding, KernelLaunchConfig, KernelStartError, SandboxKernel
 from kaizen_kernel.leases import ActiveCall, KernelLease, LeaseManager
 from kaizen_kernel.limits import ExecutionBudget, ProcessLimits
 from kaizen_kernel.pool import KernelPool, LanguageUnavailable
+from kaizen_kernel.remote.client import GatewaySettings, TransferRefused
 from kaizen_kernel.resources import ResourceGrant, VerifiedResources
 from kaizen_kernel.schema import (
     LANGUAGES,
@@ -177,7 +177,7 @@ class RunCodeService:
         )
         self.pool: KernelPool
         if config.gateway is not None:
-            from kaizen_kernel.gateway_kernel import GatewayKernelPool
+            from kaizen_kernel.remote.kernel import GatewayKernelPool
 
             self.pool = GatewayKernelPool(launch, config.gateway, sizes=config.pool_sizes,
                                           kernel_names=config.kernel_names)
@@ -387,7 +387,7 @@ class RunCodeService:
             raise
         except TransferRefused as refusal:
             # Gateway transfer mode: the call's files could not be brought to the kernel's
-            # host within bounds and intact (kaizen_kernel/gateway_kernel.py); nothing ran.
+            # host within bounds and intact (kaizen_kernel/remote/kernel.py); nothing ran.
             refused = RunCodeResult(
                 status="error", outcome=ToolOutcome.ERROR,
                 failure_domain=FailureDomain.CALLER if refusal.caller else FailureDomain.TOOL,

@@ -243,7 +243,7 @@ class KaizenApp(ExtensionApp):
         a plugin registered (``kaizen_register_model_providers``; the built-in ones come from
         ``kaizen_plugins.providers``), and the model id runs use by default. An unknown name
         or unusable settings stop start-up."""
-        from kaizen_server_extension.gateway.providers import (
+        from kaizen_server_extension.models.providers import (
             ModelProviderRegistry,
             ProviderConfigError,
             ProviderRegistrationError,
@@ -299,9 +299,9 @@ class KaizenApp(ExtensionApp):
     async def _start_run_code(self, serverapp: Any) -> None:
         """Kernels for run_code, and the loopback bridge their ``tools.call`` uses."""
         from kaizen_kernel.bridge import bridge_handlers, bridge_url
-        from kaizen_kernel.gateway import GatewaySettings
         from kaizen_kernel.leases import KernelLease
         from kaizen_kernel.limits import ExecutionBudget
+        from kaizen_kernel.remote.client import GatewaySettings
         from kaizen_kernel.service import RunCodeConfig, RunCodeService
         from kaizen_server_extension.host.tool_backend import BridgeBinding
         from kaizen_server_extension.protocol.errors import MemberSafeError

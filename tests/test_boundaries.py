@@ -151,3 +151,11 @@ def test_no_two_packages_import_each_other_even_through_others() -> None:
         TopologicalSorter(package_graph()).prepare()
     except CycleError as cycle:
         pytest.fail(f"packages import each other: {' -> '.join(cycle.args[1])}")
+
+
+def test_the_hashline_grammar_is_a_package_of_its_own() -> None:
+    """An edit grammar, usable without kernels, a store or the server: it imports none."""
+    offending = [str(i) for i in imports_of("kaizen_hashline")
+                 if not (stdlib(i.module) or within(i.module, "kaizen_hashline",
+                                                    f"{EXT}.protocol", "xxhash", "yaml"))]
+    assert offending == []

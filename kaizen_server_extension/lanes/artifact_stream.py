@@ -24,8 +24,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
-from kaizen_server_extension.gateway.assembly import ToolArgumentsDelta
 from kaizen_server_extension.host.store_ports import StoreApprovalModes
+from kaizen_server_extension.models.assembly import ToolArgumentsDelta
 from kaizen_server_extension.policy.approvals import decide
 from kaizen_server_extension.protocol.errors import MemberError
 from kaizen_server_extension.protocol.model import StepEvent, StepFinished, StepSnapshot

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Literal
 
-from kaizen_kernel.hashline.text import compute_tag, normalize
+from kaizen_hashline.text import compute_tag, normalize
 
 MAX_HUNKS = 32
 MAX_WINDOW_LINES = 400

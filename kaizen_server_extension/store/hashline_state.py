@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import delete, func, select
 
-from kaizen_kernel.hashline.state import WorkspaceKey, WorkspaceState
+from kaizen_hashline.state import WorkspaceKey, WorkspaceState
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.store import Store
 

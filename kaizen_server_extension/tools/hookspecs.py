@@ -50,7 +50,7 @@ def kaizen_register_guardrails(register: Registrar) -> None:
 @hookspec
 def kaizen_register_model_providers(register: Registrar) -> None:
     """Register model providers: ``register(ModelProvider(name=..., create=factory))`` from
-    ``kaizen_server_extension.gateway.providers``. Called once at start-up; the operator picks
+    ``kaizen_server_extension.models.providers``. Called once at start-up; the operator picks
     one by name with ``KAIZEN_MODEL_PROVIDER``. The built-in ``openai-compatible`` and
     ``local`` providers register here too (``kaizen_plugins.providers``), and their names
     cannot be taken by another plugin."""

@@ -9,14 +9,14 @@ hook a third-party package uses.
 
 from __future__ import annotations
 
-from kaizen_server_extension.gateway.client import ModelGateway
-from kaizen_server_extension.gateway.config import GatewayConfig
-from kaizen_server_extension.gateway.local import (
+from kaizen_server_extension.models.client import ModelGateway
+from kaizen_server_extension.models.config import GatewayConfig
+from kaizen_server_extension.models.local import (
     LOCAL_MODEL_NAME,
     LocalModelGateway,
     local_gateway_from_env,
 )
-from kaizen_server_extension.gateway.providers import (
+from kaizen_server_extension.models.providers import (
     LOCAL,
     OPENAI_COMPATIBLE,
     ModelProvider,

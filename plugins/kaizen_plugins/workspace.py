@@ -18,16 +18,16 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from kaizen_kernel.hashline import (
+from kaizen_hashline import (
     WorkspaceFS,
     WorkspaceKey,
     WorkspaceState,
     edit_files,
     read_file,
 )
-from kaizen_kernel.hashline.fs import MAX_PATH_CHARS
-from kaizen_kernel.hashline.render import MAX_READ_LINES
-from kaizen_kernel.hashline.syntax import MAX_PROGRAM_CHARS
+from kaizen_hashline.fs import MAX_PATH_CHARS
+from kaizen_hashline.render import MAX_READ_LINES
+from kaizen_hashline.syntax import MAX_PROGRAM_CHARS
 from kaizen_plugins.sandbox import SANDBOX_TOOL
 from kaizen_server_extension.tools import (
     MemberSafeError,

@@ -12,9 +12,9 @@ from kaizen_plugins import artifacts as plugin
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from kaizen_server_extension.gateway import ModelGateway
-from kaizen_server_extension.gateway.config import GatewayConfig
 from kaizen_server_extension.lanes.artifact_stream import ArtifactArgumentStream, checkpointed_step
+from kaizen_server_extension.models import ModelGateway
+from kaizen_server_extension.models.config import GatewayConfig
 from kaizen_server_extension.protocol.errors import Conflict, NotFound
 from kaizen_server_extension.protocol.model import (
     ChatMessage,

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kaizen_kernel.hashline import (
+from kaizen_hashline import (
     EditResult,
     ReadResult,
     WorkspaceFS,

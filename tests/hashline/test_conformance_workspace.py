@@ -16,9 +16,9 @@ import pytest
 from kaizen_plugins import artifacts as artifact_tools
 from kaizen_plugins import workspace as workspace_tools
 
-from kaizen_kernel.hashline import HashlineError, engine
-from kaizen_kernel.hashline.fs import WorkspaceFS
-from kaizen_kernel.hashline.state import WorkspaceKey, WorkspaceState
+from kaizen_hashline import HashlineError, engine
+from kaizen_hashline.fs import WorkspaceFS
+from kaizen_hashline.state import WorkspaceKey, WorkspaceState
 from kaizen_kernel.service import RunCodeConfig, RunCodeService
 from kaizen_server_extension.policy.approvals import ApprovalMode, ApprovalStatus
 from kaizen_server_extension.policy.errors import ApprovalPending
@@ -154,7 +154,7 @@ def _calls_open(module: str) -> bool:
 def test_the_helper_modules_have_no_filesystem_network_or_identity_reach() -> None:
     forbidden_roots = {"os", "pathlib", "io", "shutil", "socket", "subprocess", "tempfile",
                        "glob", "urllib", "http", "httpx", "sqlalchemy", "boto3", "tornado"}
-    allowed_internal = {f"kaizen_kernel.hashline.{m}" for m in (*HELPER_MODULES, "errors")}
+    allowed_internal = {f"kaizen_hashline.{m}" for m in (*HELPER_MODULES, "errors")}
     for module in HELPER_MODULES:
         imported = _imports(module)
         assert not {name.split(".")[0] for name in imported} & forbidden_roots, module

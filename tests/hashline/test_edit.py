@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kaizen_kernel.hashline import HashlineError
+from kaizen_hashline import HashlineError
 from tests.hashline.support import SETTINGS, Workspace
 
 

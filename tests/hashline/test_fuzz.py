@@ -10,7 +10,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kaizen_kernel.hashline import (
+from kaizen_hashline import (
     HashlineError,
     WorkspaceFS,
     WorkspaceKey,
@@ -20,7 +20,7 @@ from kaizen_kernel.hashline import (
     parse,
     read_file,
 )
-from kaizen_kernel.hashline.text import normalize
+from kaizen_hashline.text import normalize
 from tests.hashline.support import tree
 
 TOKENS = ["[", "]", "#", "a.py", "b.md", "BC00", "00FF", "PUT", "CUT", "REM", "MV", " ", ":",

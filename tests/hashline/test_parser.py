@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kaizen_kernel.hashline import HashlineError, compute_tag, normalize, parse, xxh32
-from kaizen_kernel.hashline.syntax import BlockLoc, GapLoc, Hunk, Move, Remove, SpanLoc
-from kaizen_kernel.hashline.text import Lines, TextFormat, decode, detect_format
+from kaizen_hashline import HashlineError, compute_tag, normalize, parse, xxh32
+from kaizen_hashline.syntax import BlockLoc, GapLoc, Hunk, Move, Remove, SpanLoc
+from kaizen_hashline.text import Lines, TextFormat, decode, detect_format
 from tests.hashline.support import SETTINGS
 
 

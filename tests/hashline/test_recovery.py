@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kaizen_kernel.hashline import HashlineError
-from kaizen_kernel.hashline.recovery import line_map, remap, runs
+from kaizen_hashline import HashlineError
+from kaizen_hashline.recovery import line_map, remap, runs
 
 OLD = ["import os", "", "A = 1", "B = 2", "", "def f():", "    return 1"]
 

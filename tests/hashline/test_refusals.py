@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kaizen_kernel.hashline import HashlineError, WorkspaceFS, WorkspaceKey, canonical_path
+from kaizen_hashline import HashlineError, WorkspaceFS, WorkspaceKey, canonical_path
 from tests.hashline.support import SETTINGS, Workspace
 
 

@@ -13,7 +13,7 @@ import pytest
 from kaizen_plugins import workspace as plugin
 from kaizen_plugins.workspace import edit_workspace, read_workspace
 
-from kaizen_kernel.hashline import HashlineError, WorkspaceState
+from kaizen_hashline import HashlineError, WorkspaceState
 from kaizen_kernel.service import RunCodeConfig, RunCodeService
 from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.protocol.tools import Capability

@@ -24,8 +24,8 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from kaizen_kernel.gateway import GatewaySettings, start_env
 from kaizen_kernel.limits import ExecutionBudget
+from kaizen_kernel.remote.client import GatewaySettings, start_env
 from kaizen_kernel.service import RunCodeConfig, RunCodeService
 from kaizen_server_extension.store.engine import sqlite_url_for
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
@@ -352,7 +352,7 @@ async def test_a_kernel_lost_on_the_gateway_mid_call_is_the_tools_failure(
 ) -> None:
     import asyncio
 
-    from kaizen_kernel.gateway_kernel import GatewaySandboxKernel
+    from kaizen_kernel.remote.kernel import GatewaySandboxKernel
 
     service = transfer_service
     call = asyncio.create_task(service.run("frank", "lost-room", "import time\ntime.sleep(30)",

@@ -2,7 +2,7 @@
 
 A kernel on another host sees neither the server's projection of the turn's shared resources
 nor the lease workspace that ``edit_workspace`` and earlier calls write. Before each
-execution the server sends both through the kernel protocol (kaizen_kernel/gateway_kernel.py).
+execution the server sends both through the kernel protocol (kaizen_kernel/remote/kernel.py).
 
 When the tests run as root, the gateway (and so its kernels) runs without the capabilities
 that let root ignore file permissions (``CAP_DAC_OVERRIDE``, ``CAP_DAC_READ_SEARCH``,
@@ -26,10 +26,10 @@ import pytest
 import pytest_asyncio
 from kaizen_plugins.workspace import edit_workspace, read_workspace
 
+from kaizen_hashline import WorkspaceState
 from kaizen_kernel import resources as resources_mod
-from kaizen_kernel.gateway import GatewaySettings
-from kaizen_kernel.hashline import WorkspaceState
 from kaizen_kernel.limits import ExecutionBudget
+from kaizen_kernel.remote.client import GatewaySettings
 from kaizen_kernel.resources import VerifiedResources
 from kaizen_kernel.service import RunCodeConfig, RunCodeService
 from kaizen_server_extension.protocol.tools import FailureDomain

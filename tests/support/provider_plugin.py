@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from kaizen_server_extension.gateway.providers import ModelProvider, ProviderSettings
+from kaizen_server_extension.models.providers import ModelProvider, ProviderSettings
 from kaizen_server_extension.protocol.model import (
     StepEvent,
     StepFinished,
