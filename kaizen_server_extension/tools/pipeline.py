@@ -38,10 +38,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import traceback
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from kaizen_server_extension.policy.approvals import (
@@ -65,14 +64,13 @@ from kaizen_server_extension.protocol.authority import AuthorityBundle, Authorit
 from kaizen_server_extension.protocol.errors import MemberSafeError, RunCancelled
 from kaizen_server_extension.protocol.tools import (
     STAGED_PROTOCOL_OPERATIONS,
-    Capability,
     FailureDomain,
     ProtocolFailure,
     ToolCallRequest,
     ToolCallResult,
     ToolOutcome,
-    WriteCategory,
 )
+from kaizen_server_extension.tools import settlement
 from kaizen_server_extension.tools.ledger import TurnLedger
 from kaizen_server_extension.tools.metrics import (
     UNKNOWN_TOOL_LABEL,
@@ -80,7 +78,6 @@ from kaizen_server_extension.tools.metrics import (
     default_metrics,
     log_failed_result,
 )
-from kaizen_server_extension.tools.outcomes import advice_for, failure_details
 from kaizen_server_extension.tools.ports import (
     ApprovalModeResolver,
     ApprovalStore,
@@ -95,80 +92,30 @@ from kaizen_server_extension.tools.ports import (
     ToolExecutor,
 )
 from kaizen_server_extension.tools.schema import validate_arguments
+from kaizen_server_extension.tools.settlement import (
+    MAX_MESSAGE_CHARS,
+    Settlement,
+    bounded_message,
+    may_have_effect,
+    operator_detail,
+    protocol_denial,
+)
 from kaizen_server_extension.tools.types import (
     RegisteredTool,
     ResourceVerdict,
     RoomClass,
     ToolDescriptor,
-    TrustedBody,
 )
 
 log = logging.getLogger("kaizen.tools.pipeline")
 
-DEFAULT_PROJECTION_LIMIT = 16_000
 # How long a cancelled tool gets to unwind before the pipeline stops waiting for it.
 CANCEL_GRACE_S = 1.0
-_MAX_MESSAGE_CHARS = 500
-# Bound of the exception chain in an operator log line (spec: request-scoped platform tools).
-OPERATOR_DETAIL_BYTES = 2048
+
+DEFAULT_PROJECTION_LIMIT = 16_000
 # Tools that must re-check the roster at the callback: actor-private ones, and anything that
 # declared no class (which may not be in a shared room at all).
 _PRIVATE_ROOM_CLASSES = frozenset({RoomClass.ACTOR_PRIVATE_READ, RoomClass.UNKNOWN})
-
-
-def _protocol_denial(reason: ProtocolFailure) -> PolicyDenied:
-    """The denial of a protocol operation that was not callable when asked for (R-252): a
-    policy block whose code is the typed reason, so it closes the turn and is journaled.
-    The tool name is model-chosen text, so the message does not echo it."""
-    return PolicyDenied(
-        reason.value,
-        "That artifact step was not available at this point of the turn, so it was not run "
-        "and the turn stopped here. Any draft already started was left as it was.")
-
-
-@dataclass(frozen=True, slots=True)
-class _Settled:
-    """A result plus what the bookkeeping after it needs to know."""
-
-    result: ToolCallResult
-    raw: object = None
-    reason_code: str | None = None
-    exit_status: int | None = None
-    # Whether the ledger remembers it (validated or executed calls, not refusals/denials).
-    remember: bool = False
-    # A tool that raised is recorded as its outcome, not written to the failed-result log.
-    log_failure: bool = True
-
-
-def _may_have_effect(descriptor: ToolDescriptor) -> bool:
-    return (descriptor.capability is not Capability.READ
-            or descriptor.write_category is not WriteCategory.NONE)
-
-
-def _has_substance(body: object) -> bool:
-    """Whether a successful body gives the synthesis step something to use."""
-    if body is None:
-        return False
-    if isinstance(body, str | bytes | bytearray | Mapping | list | tuple):
-        return len(body) > 0 and not (isinstance(body, str) and not body.strip())
-    return True
-
-
-def _operator_detail(exc: BaseException) -> str:
-    """The exception chain for an operator log line: credential-shaped values redacted and
-    bounded to 2 KB, so a traceback cannot carry a secret or flood the log (R-369)."""
-    text = redact_text("".join(traceback.format_exception(exc)).rstrip())
-    encoded = text.encode("utf-8")
-    if len(encoded) <= OPERATOR_DETAIL_BYTES:
-        return text
-    marker = " …[truncated]"
-    keep = OPERATOR_DETAIL_BYTES - len(marker.encode("utf-8"))
-    return encoded[:keep].decode("utf-8", errors="ignore") + marker
-
-
-def _bounded_message(exc: BaseException) -> str:
-    text = redact_text(str(exc)) or type(exc).__name__
-    return text if len(text) <= _MAX_MESSAGE_CHARS else text[:_MAX_MESSAGE_CHARS] + "…"
 
 
 class ToolPipeline:
@@ -239,17 +186,17 @@ class ToolPipeline:
     async def _decide_and_execute(
         self, bundle: AuthorityBundle, request: ToolCallRequest,
         facts: CallFactsView | None, audit: AuditSink,
-    ) -> _Settled:
+    ) -> Settlement:
         known = self._tools.get(request.name)
         if request.refused is not None:
             # The controller never offered this call on its step (R-252). A refusal can only
             # stop a call, so it is honoured before anything else is resolved.
-            return self._denied(request, _protocol_denial(request.refused),
+            return settlement.denied(request, protocol_denial(request.refused),
                                 known.descriptor if known else None)
         try:
             registered = await self._admit(bundle, request.name, known, facts)
         except PolicyDenied as denied:
-            return self._denied(request, denied, known.descriptor if known else None)
+            return settlement.denied(request, denied, known.descriptor if known else None)
         descriptor = registered.descriptor
 
         arguments, invalid = self._validate(descriptor, request)
@@ -259,7 +206,7 @@ class ToolPipeline:
         decision = self.ledger.check(descriptor, request)
         if decision is not None:
             suppressed = decision.outcome is ToolOutcome.SUPPRESSED
-            return _Settled(
+            return Settlement(
                 ToolCallResult(
                     call_id=request.call_id, name=request.name, outcome=decision.outcome,
                     content=decision.content, capability=descriptor.capability,
@@ -272,13 +219,13 @@ class ToolPipeline:
         try:
             declined = await self._gate(bundle, request, descriptor, arguments, facts)
         except PolicyDenied as denied:
-            return self._denied(request, denied, descriptor)
+            return settlement.denied(request, denied, descriptor)
         if declined is not None:
             return declined
         try:
             refused = await self._guard_write(bundle, request, registered, arguments)
         except PolicyDenied as denied:
-            return self._denied(request, denied, descriptor)
+            return settlement.denied(request, denied, descriptor)
         if refused is not None:
             return refused
         settled = await self._execute(bundle, request, registered, arguments, audit)
@@ -297,7 +244,7 @@ class ToolPipeline:
             if name in STAGED_PROTOCOL_OPERATIONS:
                 # The agent has no staged writer: a protocol failure with its typed reason,
                 # not an ordinary unknown tool (R-252).
-                raise _protocol_denial(ProtocolFailure.STAGED_PROTOCOL_UNAVAILABLE) from None
+                raise protocol_denial(ProtocolFailure.STAGED_PROTOCOL_UNAVAILABLE) from None
             raise
         if registered is None:
             # In the frozen catalog but no longer registered: fail closed like the ceiling.
@@ -327,7 +274,7 @@ class ToolPipeline:
             # the tool's outcome (R-364); it fails closed.
             reference = uuid.uuid4().hex[:12]
             log.warning("permission check for %s failed (reference %s): %s", name, reference,
-                        _operator_detail(exc))
+                        operator_detail(exc))
             raise PolicyDenied(
                 "permission_check_failed",
                 f"Checking permission to use {name} failed with an internal error "
@@ -340,7 +287,7 @@ class ToolPipeline:
 
     def _validate(
         self, descriptor: ToolDescriptor, request: ToolCallRequest
-    ) -> tuple[Mapping[str, Any], _Settled | None]:
+    ) -> tuple[Mapping[str, Any], Settlement | None]:
         try:
             arguments = self._validator(descriptor, request.arguments)
             if not isinstance(arguments, Mapping):
@@ -348,12 +295,12 @@ class ToolPipeline:
             return arguments, None
         except MemberSafeError as exc:
             # The schema module's message already names the tool and the failing paths.
-            message = _bounded_message(exc)
+            message = bounded_message(exc)
         except Exception as exc:
-            message = f"The arguments for {descriptor.name} are not valid: {_bounded_message(exc)}"
+            message = f"The arguments for {descriptor.name} are not valid: {bounded_message(exc)}"
         content = f"{message}. Fix the arguments and call the tool again."
         # The model's mistake, not the tool's: it never counts towards the tool's health.
-        return {}, _Settled(
+        return {}, Settlement(
             ToolCallResult(call_id=request.call_id, name=request.name,
                            outcome=ToolOutcome.ERROR, content=content,
                            capability=descriptor.capability,
@@ -370,7 +317,7 @@ class ToolPipeline:
         descriptor: ToolDescriptor,
         arguments: Mapping[str, Any],
         facts: CallFactsView | None,
-    ) -> _Settled | None:
+    ) -> Settlement | None:
         """Raise PolicyDenied/ApprovalPending, return a declined result, or None to execute."""
         try:
             mode = await self._modes.mode_for(bundle.member, facts)
@@ -392,7 +339,7 @@ class ToolPipeline:
         request: ToolCallRequest,
         descriptor: ToolDescriptor,
         arguments: Mapping[str, Any],
-    ) -> _Settled | None:
+    ) -> Settlement | None:
         store = self._approvals
         if store is None:
             raise PolicyDenied("approval_unavailable",
@@ -413,7 +360,7 @@ class ToolPipeline:
                                    "This action is still waiting for the member's decision, "
                                    "so it was not run.")
             if receipt.status is ApprovalStatus.DENIED:
-                return _Settled(
+                return Settlement(
                     ToolCallResult(call_id=request.call_id, name=request.name,
                                    outcome=ToolOutcome.ERROR,
                                    content=f"The member declined this {request.name} call; it "
@@ -442,14 +389,14 @@ class ToolPipeline:
         request: ToolCallRequest,
         registered: RegisteredTool,
         arguments: Mapping[str, Any],
-    ) -> _Settled | None:
+    ) -> Settlement | None:
         """Raise PolicyDenied / AuthorityRejected, return a refusal, or None to execute.
 
         Runs after the approval gate, so whatever an approval wait let change (a cancelled or
         taken-over run, a revoked permission) is seen here, at the last instant before the
         tool runs (R-223, R-226)."""
         descriptor = registered.descriptor
-        if _may_have_effect(descriptor):
+        if may_have_effect(descriptor):
             # The run is still ours and the room unchanged; a lost run is not settled.
             fresh = await self._authority.verify(bundle)
             await self._check_permission(bundle, request.name, fresh)
@@ -470,17 +417,17 @@ class ToolPipeline:
             # ran, and no claim is made about an outcome (R-364, R-365).
             reference = uuid.uuid4().hex[:12]
             log.warning("resource authorization of %s failed (reference %s, run call %s): %s",
-                        request.name, reference, request.call_id, _operator_detail(exc))
+                        request.name, reference, request.call_id, operator_detail(exc))
             raise PolicyDenied(
                 "resource_check_failed",
                 f"Checking access for {request.name} failed with an internal error "
                 f"(reference {reference}); it was not run.") from None
         if verdict.allowed:
             return None
-        reason = redact_text(verdict.reason.strip())[:_MAX_MESSAGE_CHARS] or (
+        reason = redact_text(verdict.reason.strip())[:MAX_MESSAGE_CHARS] or (
             "You cannot change that.")
         # The model can repair a wrong target, so the turn goes on; the refusal is definite.
-        return _Settled(
+        return Settlement(
             ToolCallResult(call_id=request.call_id, name=request.name,
                            outcome=ToolOutcome.ERROR,
                            content=f"{reason} {request.name} was not run.",
@@ -499,7 +446,7 @@ class ToolPipeline:
         registered: RegisteredTool,
         arguments: Mapping[str, Any],
         audit: AuditSink,
-    ) -> _Settled:
+    ) -> Settlement:
         descriptor = registered.descriptor
         timeout = descriptor.effective_timeout_s
         task: asyncio.Future[object] = asyncio.ensure_future(
@@ -523,8 +470,9 @@ class ToolPipeline:
                 raise RunCancelled()
             # A call that may have had an effect reports a tool that would not stop in its one
             # operator WARNING, so the unknown outcome stays one line an operator can join.
-            stopped = await self._stop(task, report=not _may_have_effect(descriptor))
-            return self._timed_out(request, descriptor, timeout, stopped=stopped)
+            stopped = await self._stop(task, report=not may_have_effect(descriptor))
+            return settlement.timed_out(request, descriptor, timeout, stopped=stopped,
+                                          grace=CANCEL_GRACE_S)
         try:
             body = task.result()
         except (RunCancelled, AuthorityRejected):
@@ -533,13 +481,13 @@ class ToolPipeline:
             # An anticipated failure: the tool vouches that nothing was committed.
             domain = (FailureDomain.CALLER if exc.domain == FailureDomain.CALLER.value
                       else FailureDomain.TOOL)
-            return self._error(request, descriptor, _bounded_message(exc), domain,
+            return settlement.error(request, descriptor, bounded_message(exc), domain,
                                reason_code=exc.code)
         except PolicyDenied as denied:
-            return self._denied(request, denied, descriptor)
+            return settlement.denied(request, denied, descriptor)
         except (Exception, asyncio.CancelledError) as exc:
-            return self._raised(request, descriptor, exc)
-        return self._classify(request, descriptor, body)
+            return settlement.raised(request, descriptor, exc)
+        return settlement.classify(request, descriptor, body, self._project)
 
     async def _stop(self, task: asyncio.Future[object], *, report: bool = True) -> bool:
         """Cancel a running tool, which releases its sessions and leases (R-291); whether it
@@ -569,41 +517,13 @@ class ToolPipeline:
 
     # --- step 10: classification, projection and the result guardrails ---------------
 
-    def _classify(
-        self, request: ToolCallRequest, descriptor: ToolDescriptor, body: object
-    ) -> _Settled:
-        content = self._project(body)
-        details = failure_details(body)
-        effect = _may_have_effect(descriptor)
-        # Files the tool stored travel beside the projection, as trusted data (R-236); they
-        # are kept on a failed body too, since a failed program may still have saved some.
-        files = body.stored_files if isinstance(body, TrustedBody) else ()
-        # So does the rich output the tool moved to the chat canvas; the host materializes it
-        # or drops it, and withdraws the payload's on-screen markers when it does (R-277).
-        canvas = body.canvas if isinstance(body, TrustedBody) else ()
-        if details is None:
-            return _Settled(
-                ToolCallResult(call_id=request.call_id, name=request.name,
-                               outcome=ToolOutcome.OK, content=content,
-                               capability=descriptor.capability,
-                               evidence=_has_substance(body),
-                               may_have_effect=effect, delegated=self._delegates(descriptor),
-                               files=files, canvas=canvas),
-                raw=body, remember=True,
-            )
-        failed = self._error(request, descriptor, content, details.domain, raw=body,
-                             reason_code=details.reason_code, exit_status=details.exit_status)
-        if not (files or canvas):
-            return failed
-        return replace(failed, result=replace(failed.result, files=files, canvas=canvas))
-
     async def _check_result(
         self,
         bundle: AuthorityBundle,
         request: ToolCallRequest,
         descriptor: ToolDescriptor,
-        settled: _Settled,
-    ) -> _Settled:
+        settled: Settlement,
+    ) -> Settlement:
         """The guardrails again, on the projection about to be published (R-070)."""
         if not self._guardrails.checks_results:
             return settled
@@ -619,7 +539,7 @@ class ToolPipeline:
             return settled
         log.warning("a result guardrail withheld the result of %s (run call %s, code %s)",
                     request.name, request.call_id, verdict.code)
-        reason = redact_text(verdict.reason.strip())[:_MAX_MESSAGE_CHARS]
+        reason = redact_text(verdict.reason.strip())[:MAX_MESSAGE_CHARS]
         content = (f"The result of {request.name} was withheld by a safety check"
                    f"{': ' + reason if reason else '.'} Do not call it again for the same "
                    "thing; answer with what you have.")
@@ -637,148 +557,6 @@ class ToolPipeline:
                        raw={"result_withheld": verdict.code, "raw": settled.raw},
                        reason_code=verdict.code if was_ok else settled.reason_code,
                        log_failure=was_ok or settled.log_failure)
-
-    def _error(
-        self,
-        request: ToolCallRequest,
-        descriptor: ToolDescriptor,
-        content: str,
-        domain: FailureDomain,
-        *,
-        reason_code: str,
-        raw: object = None,
-        exit_status: int | None = None,
-    ) -> _Settled:
-        advice = advice_for(content, domain)
-        if advice:
-            content = f"{content}\n\n{advice}"
-        return _Settled(
-            ToolCallResult(call_id=request.call_id, name=request.name,
-                           outcome=ToolOutcome.ERROR, content=content,
-                           capability=descriptor.capability, failure_domain=domain,
-                           may_have_effect=_may_have_effect(descriptor),
-                           delegated=self._delegates(descriptor)),
-            raw=raw, reason_code=reason_code, exit_status=exit_status, remember=True,
-        )
-
-    def _raised(
-        self, request: ToolCallRequest, descriptor: ToolDescriptor, exc: BaseException
-    ) -> _Settled:
-        if not _may_have_effect(descriptor):
-            log.error("tool %s raised (run call %s): %s", request.name, request.call_id,
-                      _operator_detail(exc))
-            # A read cannot have half-completed a change: the model learns the message and
-            # the turn goes on (R-260).
-            settled = self._error(request, descriptor,
-                                  f"{request.name} failed: {_bounded_message(exc)}",
-                                  FailureDomain.TOOL, reason_code="raised")
-            return replace(settled, log_failure=False)
-        # A write without its own error projection: exception text may name an internal host,
-        # so the model, the member and the audit row get a fixed sentence, the exception type
-        # and a reference; one WARNING carries the same reference and the redacted, bounded
-        # exception chain for operators (R-362, R-363, R-369). A tool can commit before it
-        # raises, so the outcome is unknown (R-364).
-        kind = type(exc).__name__
-        return self._unknown_outcome(
-            request, descriptor, outcome=ToolOutcome.RAISED, reason_code="raised",
-            operator_event=f"raised {kind}", operator_detail=_operator_detail(exc),
-            failure="failed while running", exception_type=kind,
-        )
-
-    def _timed_out(
-        self, request: ToolCallRequest, descriptor: ToolDescriptor, timeout: float, *,
-        stopped: bool,
-    ) -> _Settled:
-        if _may_have_effect(descriptor):
-            # A call that may have an effect can have committed before its bound elapsed, so
-            # a timeout is the same unknown outcome as a raise and is reported the same way:
-            # one WARNING, whose reference also ends the answer and the audit row (R-362,
-            # R-364). There is no exception text to withhold, only how the stop went.
-            how = ("it stopped on cancellation" if stopped else
-                   f"it did not stop within {CANCEL_GRACE_S:.1f}s of cancellation")
-            return self._unknown_outcome(
-                request, descriptor, outcome=ToolOutcome.TIMEOUT, reason_code="timeout",
-                operator_event=f"timed out after {timeout:g}s", operator_detail=how,
-                failure=f"did not finish within {timeout:g} seconds and was stopped",
-                facts={"timeout_s": timeout},
-            )
-        # A read cannot have half-completed a change: the model learns it was stopped and the
-        # turn goes on (R-260, R-294).
-        return _Settled(
-            ToolCallResult(call_id=request.call_id, name=request.name,
-                           outcome=ToolOutcome.TIMEOUT,
-                           content=(f"{request.name} did not finish within {timeout:g} seconds "
-                                    "and was stopped."),
-                           capability=descriptor.capability,
-                           failure_domain=FailureDomain.TOOL, may_have_effect=False,
-                           delegated=self._delegates(descriptor)),
-            reason_code="timeout", remember=True,
-        )
-
-    def _unknown_outcome(
-        self,
-        request: ToolCallRequest,
-        descriptor: ToolDescriptor,
-        *,
-        outcome: ToolOutcome,
-        reason_code: str,
-        operator_event: str,
-        operator_detail: str,
-        failure: str,
-        exception_type: str | None = None,
-        facts: Mapping[str, object] | None = None,
-    ) -> _Settled:
-        """A call that may have had an effect ended without saying whether it did (R-364).
-
-        One operator WARNING carries a fresh reference with ``operator_event`` and
-        ``operator_detail``; the model and member get the fixed ``failure`` clause, the
-        exception type (never its text) and the same reference; the audit row gets that
-        content, the reference and ``facts``. The WARNING is the operator record, so the
-        content-free failed-result line is not written as well (R-362, R-363)."""
-        reference = uuid.uuid4().hex[:12]
-        log.warning("write tool %s %s (reference %s, run call %s): %s", request.name,
-                    operator_event, reference, request.call_id, operator_detail)
-        label = f"{exception_type}, reference {reference}" if exception_type else (
-            f"reference {reference}")
-        content = (f"{request.name} {failure} ({label}), and whether its change was applied "
-                   "is unknown. Do not retry it; check the current state before anything "
-                   "else.")
-        recorded: dict[str, object] = {"error": content, **(facts or {})}
-        if exception_type:
-            recorded["exception_type"] = exception_type
-        return _Settled(
-            ToolCallResult(call_id=request.call_id, name=request.name,
-                           outcome=outcome, content=content,
-                           capability=descriptor.capability,
-                           failure_domain=FailureDomain.TOOL, closes_turn=True,
-                           close_reason="ambiguous_write", may_have_effect=True,
-                           delegated=self._delegates(descriptor), reference=reference),
-            raw={**recorded, "reference": reference},
-            reason_code=reason_code, remember=True, log_failure=False,
-        )
-
-    def _denied(
-        self,
-        request: ToolCallRequest,
-        denied: PolicyDenied,
-        descriptor: ToolDescriptor | None = None,
-    ) -> _Settled:
-        """A genuine policy block: the only kind of refusal that closes the turn (R-289)."""
-        capability = descriptor.capability if descriptor else Capability.UNDECLARED
-        # A protocol that was not callable keeps its typed reason on the result, for the
-        # journal's ``denied`` (R-252); other blocks are told apart by ``close_reason``.
-        protocol = next((f for f in ProtocolFailure if f.value == denied.code), None)
-        return _Settled(
-            ToolCallResult(call_id=request.call_id, name=request.name,
-                           outcome=ToolOutcome.ERROR, content=denied.member_message,
-                           capability=capability, failure_domain=FailureDomain.CALLER,
-                           closes_turn=True, close_reason=denied.code, denied=protocol),
-            reason_code=denied.code,
-        )
-
-    @staticmethod
-    def _delegates(descriptor: ToolDescriptor) -> bool:
-        return bool(descriptor.extra.get("delegates", False))
 
     def _project(self, body: object) -> str:
         """Redact, serialize and bound a result for the model and the member."""
@@ -804,7 +582,7 @@ class ToolPipeline:
     # --- bookkeeping -----------------------------------------------------------------------
 
     async def _finish(
-        self, bundle: AuthorityBundle, request: ToolCallRequest, settled: _Settled,
+        self, bundle: AuthorityBundle, request: ToolCallRequest, settled: Settlement,
         audit: AuditSink,
     ) -> ToolCallResult:
         result = settled.result

@@ -34,7 +34,8 @@ from kaizen_server_extension.store import Store, models
 from kaizen_server_extension.tools import pipeline as pipeline_module
 from kaizen_server_extension.tools.catalog import TOOL_SEARCH_NAME
 from kaizen_server_extension.tools.metrics import ToolMetrics
-from kaizen_server_extension.tools.pipeline import OPERATOR_DETAIL_BYTES, ToolPipeline
+from kaizen_server_extension.tools.pipeline import ToolPipeline
+from kaizen_server_extension.tools.settlement import OPERATOR_DETAIL_BYTES
 from kaizen_server_extension.tools.types import RegisteredTool
 from tests.policy.fakes import (
     BUNDLE,
