@@ -159,3 +159,30 @@ def test_the_hashline_grammar_is_a_package_of_its_own() -> None:
                  if not (stdlib(i.module) or within(i.module, "kaizen_hashline",
                                                     f"{EXT}.protocol", "xxhash", "yaml"))]
     assert offending == []
+
+
+def _hookspecs() -> list[str]:
+    from kaizen_server_extension.tools import hookspecs
+
+    return sorted(name for name in dir(hookspecs) if name.startswith("kaizen_")
+                  and callable(getattr(hookspecs, name)))
+
+
+def test_every_hookspec_is_documented_for_plugin_authors() -> None:
+    """A hook nobody can find is not an extension point (docs/plugins.md)."""
+    docs = "\n".join(p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))
+    undocumented = [h for h in _hookspecs() if f"## `{h}`" not in docs]
+    assert _hookspecs() and undocumented == []
+
+
+def test_every_hookspec_is_implemented_by_a_test_plugin_the_suite_loads() -> None:
+    """Each hook is exercised by a plugin under tests/, as a third party would write it,
+    not only by first-party code."""
+    tests = ROOT / "tests"
+    implemented = {node.name
+                   for source in tests.rglob("*.py")
+                   for node in ast.walk(ast.parse(source.read_text()))
+                   if isinstance(node, ast.FunctionDef) and node.name.startswith("kaizen_")
+                   and any(isinstance(d, ast.Name) and d.id == "hookimpl"
+                           for d in node.decorator_list)}
+    assert [h for h in _hookspecs() if h not in implemented] == []

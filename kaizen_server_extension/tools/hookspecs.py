@@ -4,8 +4,9 @@ Every hook hands the plugin a ``register`` callback (as datasette and llm do) in
 it to return a list: the host decides what a registration means, records which plugin made it,
 and can refuse it with an error that names the plugin.
 
-First-party families (``DEFAULT_PLUGINS``) and third-party packages (the ``kaizen`` entry-point
-group) use these same hooks, so our own code exercises the door third parties use.
+First-party families (``tools/manifest.py: DEFAULT_PLUGINS``) and third-party packages (the
+``kaizen`` entry-point group) use these same hooks, so our own code exercises the door third
+parties use. Plugin authors' guide: docs/plugins.md.
 """
 
 from __future__ import annotations
