@@ -195,6 +195,16 @@ class KaizenApp(ExtensionApp):
             except ImportError as exc:
                 self._refuse_to_start(f"Invalid setting KAIZEN_PLUGINS: cannot import {name} "
                                       f"({exc})")
+        if settings.KAIZEN_PACKAGE_TOOLS_DIR:
+            from kaizen_server_extension.tools.packages import PackageManifestError, load_packages
+
+            try:
+                packages = load_packages(
+                    Path(settings.KAIZEN_PACKAGE_TOOLS_DIR),
+                    deadline_s=settings.KAIZEN_PACKAGE_TOOL_DEADLINE_SECONDS)
+            except (OSError, PackageManifestError) as exc:
+                self._refuse_to_start(f"Invalid setting KAIZEN_PACKAGE_TOOLS_DIR: {exc}")
+            extra.extend((f"package:{p.package}", p) for p in packages)
         pm, first_party = build_plugin_manager(extra_plugins=extra)
         return LoadedPlugins(pm, first_party)
 

@@ -120,6 +120,11 @@ class KaizenSettings(BaseModel):
     # the member's Library (its agent tools and REST routes) does not exist on this server.
     KAIZEN_LIBRARY_ENABLED: bool = True
 
+    #: A directory of operator-installed tool packages (docs/plugins.md, "Package tools").
+    KAIZEN_PACKAGE_TOOLS_DIR: str = ""
+    #: Outer deadline of one package tool call; the shared 240 s ceiling bounds it (R-265).
+    KAIZEN_PACKAGE_TOOL_DEADLINE_SECONDS: Annotated[float, Field(ge=1, le=240)] = 30.0
+
     # --- run_code kernels ------------------------------------------------------------------
     KAIZEN_KERNEL_CONSOLE: bool = True
     KAIZEN_KERNEL_IDLE_SECONDS: Annotated[float, Field(ge=1, le=7 * 24 * 3600)] = 900.0
