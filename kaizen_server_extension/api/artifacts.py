@@ -14,7 +14,7 @@ from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler
 from kaizen_server_extension.protocol.errors import BadRequest
-from kaizen_server_extension.store.artifacts import ArtifactStore, ArtifactVersionRecord
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore, ArtifactVersionRecord
 
 ARTIFACT_ID = r"[^/]{1,128}"
 VERSION = r"[^/]{1,12}"

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, StringConstraints
 from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler
-from kaizen_server_extension.store.artifacts import ArtifactStore
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore
 from kaizen_server_extension.store.library import LibraryStore
 
 LIBRARY_ID = r"[^/]{1,128}"

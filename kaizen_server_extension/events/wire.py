@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kaizen_server_extension.events.messages import LiveEvent, encode_live_body
-from kaizen_server_extension.store.store import JOURNAL_CHANNEL
+from kaizen_server_extension.store.core import JOURNAL_CHANNEL
 
 __all__ = ["JOURNAL_CHANNEL", "LIVE_CHANNEL", "NOTIFY_LIMIT", "LiveAssembler",
            "decode_journal", "encode_live"]

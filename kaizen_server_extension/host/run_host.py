@@ -40,8 +40,9 @@ from kaizen_server_extension.store.calls import (
     open_call,
     write_audit_rows,
 )
+from kaizen_server_extension.store.core import journal_append
 from kaizen_server_extension.store.runs import RunLane, live_conversation
-from kaizen_server_extension.store.store import Store, journal_append
+from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.store.units import Unit
 from kaizen_server_extension.tools import canvas
 from kaizen_server_extension.tools.ports import CallScope

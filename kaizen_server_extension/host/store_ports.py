@@ -34,7 +34,8 @@ from kaizen_server_extension.protocol.errors import Conflict, NotFound
 from kaizen_server_extension.protocol.tools import ToolCallRequest, ToolOutcome
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.calls import CallFacts, HeldAudit, read_call_facts
-from kaizen_server_extension.store.store import Store, Tx, new_id, utcnow
+from kaizen_server_extension.store.core import Tx, new_id, utcnow
+from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.tools.ports import CallFactsView
 from kaizen_server_extension.tools.types import RegisteredTool, ResourceVerdict
 

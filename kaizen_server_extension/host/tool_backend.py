@@ -38,7 +38,7 @@ from kaizen_server_extension.protocol.tools import (
     ToolOutcome,
 )
 from kaizen_server_extension.resources import NO_RESOURCES, AdmittedResources
-from kaizen_server_extension.store.artifacts import ArtifactStore
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore
 from kaizen_server_extension.store.hashline_state import StoredWorkspaceState
 from kaizen_server_extension.store.records import AgentRecord, ConversationRecord
 from kaizen_server_extension.store.store import Store

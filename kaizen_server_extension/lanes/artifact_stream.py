@@ -29,7 +29,7 @@ from kaizen_server_extension.models.assembly import ToolArgumentsDelta
 from kaizen_server_extension.policy.approvals import decide
 from kaizen_server_extension.protocol.errors import MemberError
 from kaizen_server_extension.protocol.model import StepEvent, StepFinished, StepSnapshot
-from kaizen_server_extension.store.artifact_checkpoints import (
+from kaizen_server_extension.store.artifacts.checkpoints import (
     CheckpointRecord,
     CheckpointScope,
     UpdateCheckpoints,

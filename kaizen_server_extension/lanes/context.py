@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from kaizen_server_extension.policy.grounding import compose_system_prompt
 from kaizen_server_extension.protocol.model import ChatMessage
 from kaizen_server_extension.protocol.tools import AdvertisedTool
-from kaizen_server_extension.store.artifact_checkpoints import UpdateCheckpoints
-from kaizen_server_extension.store.artifacts import ArtifactStore
+from kaizen_server_extension.store.artifacts.checkpoints import UpdateCheckpoints
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore
 from kaizen_server_extension.store.records import EventRecord
 from kaizen_server_extension.store.store import Store
 

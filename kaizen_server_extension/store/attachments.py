@@ -27,8 +27,9 @@ from kaizen_server_extension.resources import (
     SharedResource,
 )
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.artifacts import ArtifactStore, ArtifactVersionRecord
-from kaizen_server_extension.store.store import Store, Tx
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore, ArtifactVersionRecord
+from kaizen_server_extension.store.core import Tx
+from kaizen_server_extension.store.store import Store
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._ -]+")
 _MAX_STEM = 120

@@ -26,7 +26,8 @@ from sqlalchemy import (
 )
 
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.store import Store, audit_insert
+from kaizen_server_extension.store.core import audit_insert
+from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.store.units import Unit, fetch
 
 log = logging.getLogger("kaizen.tools.audit")

@@ -18,8 +18,9 @@ from sqlalchemy import and_, select
 from kaizen_server_extension.agents import UNSCOPED, KnowledgeScope
 from kaizen_server_extension.protocol.errors import MemberError, NotFound
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.artifacts import ArtifactStore, ArtifactVersionRecord
-from kaizen_server_extension.store.store import Store, Tx, new_id, utcnow
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore, ArtifactVersionRecord
+from kaizen_server_extension.store.core import Tx, new_id, utcnow
+from kaizen_server_extension.store.store import Store
 
 Surface = Literal["artifacts", "collections", "projects"]
 ItemKind = Literal["artifact", "collection", "project"]

@@ -16,7 +16,8 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from kaizen_server_extension.protocol.errors import NotFound
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.store import Store, new_id, utcnow
+from kaizen_server_extension.store.core import new_id, utcnow
+from kaizen_server_extension.store.store import Store
 
 MAX_PAGE = 200
 

@@ -17,8 +17,10 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from kaizen_server_extension.protocol.errors import Conflict
 from kaizen_server_extension.store import models as m
+from kaizen_server_extension.store.core import Tx, journal_append, utcnow
 from kaizen_server_extension.store.records import EventRecord, RunRecord
-from kaizen_server_extension.store.store import Store, Tx, journal_append, run_record, utcnow
+from kaizen_server_extension.store.repositories import run_record
+from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.store.units import Unit, fetch
 
 ACTIVE = m.ACTIVE_RUN_STATUSES

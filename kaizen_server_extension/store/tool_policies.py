@@ -16,7 +16,8 @@ from sqlalchemy import delete, select
 
 from kaizen_server_extension.protocol.errors import NotFound
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.store import Store, utcnow
+from kaizen_server_extension.store.core import utcnow
+from kaizen_server_extension.store.store import Store
 
 EVERYONE = "*"
 

@@ -20,7 +20,8 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.store import Store, Tx
+from kaizen_server_extension.store.core import Tx
+from kaizen_server_extension.store.store import Store
 
 
 class DailyTokenCapReached(Exception):

@@ -22,18 +22,18 @@ from kaizen_server_extension.agents import knowledge_scope_of
 from kaizen_server_extension.protocol.errors import MemberError, NotFound
 from kaizen_server_extension.protocol.tools import StoredFile
 from kaizen_server_extension.resources import ARTIFACT_REFERENCE, AdmittedResources
-from kaizen_server_extension.store.artifact_checkpoints import (
+from kaizen_server_extension.store.artifacts.checkpoints import (
     FENCED_CHECKPOINT_CODES,
     CheckpointScope,
     UpdateCheckpoints,
 )
-from kaizen_server_extension.store.artifact_content import MODEL_KINDS, is_reserved
-from kaizen_server_extension.store.artifact_drafts import (
+from kaizen_server_extension.store.artifacts.content import MODEL_KINDS, is_reserved
+from kaizen_server_extension.store.artifacts.drafts import (
     FENCED_DRAFT_CODES,
     DraftScope,
     DraftStore,
 )
-from kaizen_server_extension.store.artifact_edit import (
+from kaizen_server_extension.store.artifacts.edit import (
     MAX_WINDOW_LINES,
     EditError,
     apply_hunks,
@@ -42,13 +42,13 @@ from kaizen_server_extension.store.artifact_edit import (
     parse_hunks,
     split_lines,
 )
-from kaizen_server_extension.store.artifacts import (
+from kaizen_server_extension.store.artifacts.repository import (
     ArtifactStore,
     ArtifactVersionRecord,
     WriteContext,
 )
+from kaizen_server_extension.store.core import new_id
 from kaizen_server_extension.store.library import LibraryStore
-from kaizen_server_extension.store.store import new_id
 from kaizen_server_extension.tools import (
     Capability,
     MemberSafeError,

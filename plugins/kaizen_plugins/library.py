@@ -19,7 +19,7 @@ from kaizen_server_extension.agents import knowledge_scope_of
 from kaizen_server_extension.protocol.errors import MemberError
 from kaizen_server_extension.settings import LIBRARY_SURFACE
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.artifacts import ArtifactStore
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore
 from kaizen_server_extension.store.library import LibraryStore
 from kaizen_server_extension.tools import (
     Capability,

@@ -14,9 +14,9 @@ from kaizen_server_extension.protocol.errors import NotFound
 from kaizen_server_extension.resources import AdmittedResources
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.artifact_checkpoints import CheckpointScope, UpdateCheckpoints
-from kaizen_server_extension.store.artifact_drafts import DraftScope, DraftStore
-from kaizen_server_extension.store.artifacts import ArtifactStore
+from kaizen_server_extension.store.artifacts.checkpoints import CheckpointScope, UpdateCheckpoints
+from kaizen_server_extension.store.artifacts.drafts import DraftScope, DraftStore
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore
 from kaizen_server_extension.store.attachments import AttachmentStore
 from tests.artifacts.support import live_run, room
 

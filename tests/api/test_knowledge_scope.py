@@ -20,9 +20,9 @@ import pytest
 
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.artifacts import ArtifactStore
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore
+from kaizen_server_extension.store.core import utcnow
 from kaizen_server_extension.store.library import LibraryStore
-from kaizen_server_extension.store.store import utcnow
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from tests.conftest import BACKENDS, served_by, with_server_store
 from tests.lanes.test_turns import _events, _send, _settled

@@ -22,7 +22,7 @@ from kaizen_server_extension.api.library import library_openapi
 from kaizen_server_extension.api.openapi import openapi_document
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.artifacts import ArtifactStore
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from tests.conftest import BACKENDS, _database_for, drop_schema, with_server_store
 from tests.lanes.test_turns import _events, _send, _settled

@@ -26,8 +26,8 @@ from kaizen_server_extension.protocol.model import (
 from kaizen_server_extension.protocol.tools import AdvertisedTool, Capability
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.artifact_checkpoints import CheckpointScope, UpdateCheckpoints
-from kaizen_server_extension.store.artifacts import (
+from kaizen_server_extension.store.artifacts.checkpoints import CheckpointScope, UpdateCheckpoints
+from kaizen_server_extension.store.artifacts.repository import (
     ArtifactStore,
     ArtifactVersionRecord,
     WriteContext,

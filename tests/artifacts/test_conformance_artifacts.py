@@ -26,20 +26,20 @@ from sqlalchemy import select, update
 from kaizen_server_extension.lanes.artifact_stream import ArtifactArgumentStream
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.artifact_checkpoints import UpdateCheckpoints
-from kaizen_server_extension.store.artifact_content import (
+from kaizen_server_extension.store.artifacts.checkpoints import UpdateCheckpoints
+from kaizen_server_extension.store.artifacts.content import (
     MAX_TEXT_BYTES,
     attest_trusted_result,
     validate_envelope,
 )
-from kaizen_server_extension.store.artifact_drafts import (
+from kaizen_server_extension.store.artifacts.drafts import (
     EMPTY_DIGEST,
     DraftScope,
     DraftStore,
     next_digest,
 )
-from kaizen_server_extension.store.artifact_edit import content_tag
-from kaizen_server_extension.store.artifacts import ArtifactStore, WriteContext
+from kaizen_server_extension.store.artifacts.edit import content_tag
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore, WriteContext
 from kaizen_server_extension.store.runs import RunLane
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from kaizen_server_extension.tools import MemberSafeError

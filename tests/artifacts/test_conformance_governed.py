@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from kaizen_server_extension.store.artifact_content import (
+from kaizen_server_extension.store.artifacts.content import (
     ValidationFailed,
     attest_trusted_result,
     validate_envelope,
 )
-from kaizen_server_extension.store.artifacts import ArtifactStore, WriteContext
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore, WriteContext
 from tests.artifacts.test_rest import _error, _with_store
 from tests.support.server import ServerProcess, json_of
 
@@ -369,7 +369,7 @@ def test_a_result_ref_is_preserved_exactly_and_nothing_resolves_it(
     panel_readers = {"labextension/src/artifacts.ts",
                      "labextension/src/components/GovernedArtifactView.tsx"}
     assert [m for m in mentions if m not in panel_readers] == [
-        "kaizen_server_extension/store/artifact_content.py"]
+        "kaizen_server_extension/store/artifacts/content.py"]
     requests = re.compile(r"\bfetch\(|makeRequest|XMLHttpRequest|sendBeacon|WebSocket|"
                           r"\b(?:src|href)\s*=|\bimport\(")
     for reader in panel_readers & set(mentions):

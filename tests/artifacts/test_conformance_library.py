@@ -12,7 +12,7 @@ from kaizen_plugins import library as plugin
 
 from kaizen_server_extension.protocol.tools import Capability
 from kaizen_server_extension.store import Store
-from kaizen_server_extension.store.artifacts import ArtifactStore, WriteContext
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore, WriteContext
 from kaizen_server_extension.store.library import LibraryStore
 from kaizen_server_extension.tools import MemberSafeError
 from kaizen_server_extension.tools.registry import ToolRegistry

@@ -9,7 +9,7 @@ import pytest
 from kaizen_plugins import artifacts as plugin
 
 from kaizen_server_extension.store import Store
-from kaizen_server_extension.store.artifact_content import (
+from kaizen_server_extension.store.artifacts.content import (
     GRAPH_CONTRACT,
     GraphInvalid,
     ValidationFailed,
@@ -18,8 +18,8 @@ from kaizen_server_extension.store.artifact_content import (
     validate_envelope,
     validate_graph,
 )
-from kaizen_server_extension.store.artifact_edit import content_tag
-from kaizen_server_extension.store.artifacts import ArtifactStore, WriteContext
+from kaizen_server_extension.store.artifacts.edit import content_tag
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore, WriteContext
 from kaizen_server_extension.tools import MemberSafeError
 from tests.artifacts.support import Ctx, bundle_of, live_run, room
 

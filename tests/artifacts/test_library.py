@@ -8,7 +8,7 @@ import pytest
 from kaizen_plugins import library as plugin
 
 from kaizen_server_extension.store import Store
-from kaizen_server_extension.store.artifacts import ArtifactStore, WriteContext
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore, WriteContext
 from kaizen_server_extension.store.library import LibraryStore
 from kaizen_server_extension.tools import MemberSafeError
 from tests.artifacts.support import Ctx, bundle_of, live_run, room

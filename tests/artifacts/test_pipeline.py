@@ -15,7 +15,7 @@ from kaizen_server_extension.policy.approvals import ApprovalMode
 from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.protocol.tools import ToolCallRequest, ToolOutcome
 from kaizen_server_extension.store import Store
-from kaizen_server_extension.store.artifacts import ArtifactStore
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore
 from kaizen_server_extension.tools.pipeline import ToolPipeline
 from kaizen_server_extension.tools.types import RegisteredTool
 from tests.artifacts.support import Ctx, bundle_of, live_run, room

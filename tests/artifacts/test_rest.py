@@ -7,11 +7,11 @@ from typing import Any, TypeVar
 
 import pytest
 
-from kaizen_server_extension.store.artifact_content import (
+from kaizen_server_extension.store.artifacts.content import (
     attest_trusted_result,
     validate_envelope,
 )
-from kaizen_server_extension.store.artifacts import ArtifactStore, WriteContext
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore, WriteContext
 from tests.conftest import with_server_store
 from tests.support.server import ServerProcess, json_of
 

@@ -13,8 +13,8 @@ from kaizen_server_extension.lanes.context import (
     roster_for,
 )
 from kaizen_server_extension.store import Store
-from kaizen_server_extension.store.artifact_checkpoints import CheckpointScope, UpdateCheckpoints
-from kaizen_server_extension.store.artifacts import ArtifactStore, WriteContext
+from kaizen_server_extension.store.artifacts.checkpoints import CheckpointScope, UpdateCheckpoints
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore, WriteContext
 from kaizen_server_extension.tools import ToolRegistry
 from kaizen_server_extension.tools.catalog import FrozenCatalog, freeze_catalog
 from tests.artifacts.support import live_run, room

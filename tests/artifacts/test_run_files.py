@@ -14,7 +14,7 @@ from kaizen_kernel.files import CapturedFile
 from kaizen_kernel.service import RunCodeResult
 from kaizen_server_extension.protocol.tools import FailureDomain, ToolOutcome
 from kaizen_server_extension.store import Store
-from kaizen_server_extension.store.artifacts import ArtifactStore
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore
 from tests.artifacts.support import Ctx, bundle_of, live_run, room
 
 

@@ -9,7 +9,7 @@ import pytest
 from kaizen_plugins import artifacts as plugin
 
 from kaizen_server_extension.store import Store
-from kaizen_server_extension.store.artifacts import ArtifactStore
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore
 from kaizen_server_extension.store.runs import RunLane
 from kaizen_server_extension.tools import MemberSafeError
 from kaizen_server_extension.tools.catalog import freeze_catalog

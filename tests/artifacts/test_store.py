@@ -11,13 +11,13 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from kaizen_server_extension.protocol.errors import Conflict, NotFound
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.artifact_content import ValidationFailed
-from kaizen_server_extension.store.artifacts import (
+from kaizen_server_extension.store.artifacts.content import ValidationFailed
+from kaizen_server_extension.store.artifacts.repository import (
     ArtifactStore,
     WriteContext,
     content_digest,
 )
-from kaizen_server_extension.store.store import utcnow
+from kaizen_server_extension.store.core import utcnow
 from tests.artifacts.support import live_run, room
 
 

@@ -15,8 +15,8 @@ from kaizen_server_extension.protocol.errors import Conflict
 from kaizen_server_extension.protocol.tools import WriteCategory
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.artifact_edit import content_tag
-from kaizen_server_extension.store.artifacts import ArtifactStore, WriteContext
+from kaizen_server_extension.store.artifacts.edit import content_tag
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore, WriteContext
 from kaizen_server_extension.tools import MemberSafeError
 from kaizen_server_extension.tools.schema import validate_arguments
 from tests.artifacts.support import Ctx, bundle_of, live_run, room

@@ -25,7 +25,7 @@ from kaizen_server_extension.policy.errors import ApprovalPending
 from kaizen_server_extension.policy.guardrails import ALLOW, Deny, GuardrailCall
 from kaizen_server_extension.protocol.tools import ToolOutcome
 from kaizen_server_extension.store import Store
-from kaizen_server_extension.store.artifacts import ArtifactStore
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore
 from kaizen_server_extension.tools import MemberSafeError
 from kaizen_server_extension.tools.types import RegisteredTool
 from tests.artifacts.support import Ctx, bundle_of, live_run, room

@@ -15,7 +15,7 @@ from kaizen_plugins import artifacts, code
 from kaizen_plugins.office_idioms import idioms
 
 from kaizen_server_extension.store import Store, create_engine, upgrade
-from kaizen_server_extension.store.artifacts import ArtifactStore
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore
 from kaizen_server_extension.store.engine import sqlite_url_for
 from tests.artifacts.support import Ctx, bundle_of, live_run, room
 from tests.kernel.conftest import Sandbox

@@ -20,9 +20,9 @@ from kaizen_server_extension.lanes.inbox import (
 )
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
+from kaizen_server_extension.store.core import utcnow
 from kaizen_server_extension.store.notifications import NotificationRepository
 from kaizen_server_extension.store.runs import RunLane
-from kaizen_server_extension.store.store import utcnow
 from tests.events.support import connect, read_until
 from tests.lanes.test_turns import _room, _send, _settled
 from tests.support.server import ServerProcess

@@ -18,8 +18,8 @@ from sqlalchemy import bindparam, column, select, table, text
 
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
+from kaizen_server_extension.store.core import audit_insert, journal_append
 from kaizen_server_extension.store.records import EventRecord
-from kaizen_server_extension.store.store import audit_insert, journal_append
 from kaizen_server_extension.store.units import CompiledStatement, Unit, fetch
 
 DATA = {"text": "naïve — 東京", "nested": {"list": [1, 2.5, None, True]}, "empty": {}}

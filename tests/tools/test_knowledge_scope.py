@@ -43,7 +43,7 @@ from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.protocol.tools import ToolCallRequest, ToolOutcome
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.artifacts import ArtifactStore, WriteContext
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore, WriteContext
 from kaizen_server_extension.store.library import LibraryStore
 from kaizen_server_extension.store.records import AgentRecord
 from kaizen_server_extension.store.runs import Admission, RunLane

@@ -32,7 +32,7 @@ from kaizen_server_extension.protocol.tools import (
 )
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.artifacts import ArtifactStore, WriteContext
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore, WriteContext
 from kaizen_server_extension.store.library import LibraryStore
 from kaizen_server_extension.store.runs import Admission, RunLane
 from kaizen_server_extension.tools import (
@@ -326,7 +326,7 @@ async def test_manage_library_into_a_foreign_collection_is_refused_before_it_run
 
 
 async def _collection(store: Store, owner: str) -> str:
-    from kaizen_server_extension.store.store import new_id, utcnow
+    from kaizen_server_extension.store.core import new_id, utcnow
 
     ident = new_id()
     async with store.transaction() as tx:

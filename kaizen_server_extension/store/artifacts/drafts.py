@@ -18,13 +18,14 @@ from sqlalchemy import select
 
 from kaizen_server_extension.protocol.errors import Conflict, NotFound
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.artifact_content import MAX_TEXT_BYTES, ValidationFailed
-from kaizen_server_extension.store.artifacts import (
+from kaizen_server_extension.store.artifacts.content import MAX_TEXT_BYTES, ValidationFailed
+from kaizen_server_extension.store.artifacts.repository import (
     ArtifactStore,
     ArtifactVersionRecord,
     WriteContext,
 )
-from kaizen_server_extension.store.store import Store, Tx, new_id, utcnow
+from kaizen_server_extension.store.core import Tx, new_id, utcnow
+from kaizen_server_extension.store.store import Store
 
 EMPTY_DIGEST = hashlib.sha256(b"").hexdigest()
 _NOT_FOUND = "No such draft."

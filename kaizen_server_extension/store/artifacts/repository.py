@@ -27,7 +27,7 @@ from sqlalchemy.exc import IntegrityError
 
 from kaizen_server_extension.protocol.errors import Conflict, NotFound
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.artifact_content import (
+from kaizen_server_extension.store.artifacts.content import (
     Attestation,
     Envelope,
     ValidationFailed,
@@ -35,7 +35,8 @@ from kaizen_server_extension.store.artifact_content import (
     is_reserved,
     verify_attestation,
 )
-from kaizen_server_extension.store.store import Store, Tx, new_id, utcnow
+from kaizen_server_extension.store.core import Tx, new_id, utcnow
+from kaizen_server_extension.store.store import Store
 
 ARTIFACT_VERSION_EVENT = "artifact.version"
 MAX_FILE_BYTES = 25 * 1024 * 1024
@@ -384,7 +385,7 @@ class ArtifactStore:
                        code="artifact_busy")
 
     # --- staged drafts (begin / append / finalize / discard) -----------------------------
-    # Implemented in kaizen_server_extension.store.artifact_drafts over these helpers.
+    # Implemented in kaizen_server_extension.store.artifacts.drafts over these helpers.
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -453,7 +454,7 @@ class ArtifactStore:
 
     @staticmethod
     async def _check_same_binding(latest: m.ArtifactVersion, envelope: Envelope) -> None:
-        from kaizen_server_extension.store.artifact_content import validate_envelope
+        from kaizen_server_extension.store.artifacts.content import validate_envelope
 
         previous = validate_envelope(bytes(latest.content))
         if previous.binding != envelope.binding:

@@ -21,13 +21,14 @@ from sqlalchemy import or_, select, update
 
 from kaizen_server_extension.protocol.errors import Conflict
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.artifact_content import ValidationFailed
-from kaizen_server_extension.store.artifacts import (
+from kaizen_server_extension.store.artifacts.content import ValidationFailed
+from kaizen_server_extension.store.artifacts.repository import (
     ArtifactStore,
     ArtifactVersionRecord,
     WriteContext,
 )
-from kaizen_server_extension.store.store import Store, Tx, new_id, utcnow
+from kaizen_server_extension.store.core import Tx, new_id, utcnow
+from kaizen_server_extension.store.store import Store
 
 MAX_CHECKPOINT_CHARS = 1_100_000  # the update's content bound plus its JSON framing
 # A fenced streamed update saved its draft when its checkpoint opened, so its refusal never
