@@ -25,9 +25,6 @@ LibraryId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 #: How many ids one scope may name per kind: a scope is a short list a person wrote down.
 MAX_SCOPE_IDS = 200
 #: ``ctx.services`` key under which a run hands its agent's scope to the retrieval tools.
-KNOWLEDGE_SCOPE_SERVICE = "knowledge_scope"
-
-
 class KnowledgeScope(BaseModel):
     """What an agent retrieves over: the member's Library collections and projects it may
     read from (a project also brings what it links, transitively).
@@ -60,15 +57,6 @@ class KnowledgeScope(BaseModel):
 
 
 UNSCOPED = KnowledgeScope()
-
-
-def knowledge_scope_of(services: Mapping[str, Any]) -> KnowledgeScope:
-    """The scope a run handed its tools; none handed is no narrowing. Anything else is a wiring
-    fault, raised rather than read as unscoped (that would widen)."""
-    scope = services.get(KNOWLEDGE_SCOPE_SERVICE, UNSCOPED)
-    if not isinstance(scope, KnowledgeScope):
-        raise TypeError(f"services[{KNOWLEDGE_SCOPE_SERVICE!r}] is not a KnowledgeScope")
-    return scope
 
 
 class AgentDefinition(BaseModel):

@@ -186,3 +186,21 @@ def test_every_hookspec_is_implemented_by_a_test_plugin_the_suite_loads() -> Non
                    and any(isinstance(d, ast.Name) and d.id == "hookimpl"
                            for d in node.decorator_list)}
     assert [h for h in _hookspecs() if h not in implemented] == []
+
+
+def test_first_party_plugins_reach_the_store_only_through_its_artifact_face() -> None:
+    """A first-party tool family can do nothing a third-party one cannot: it gets its
+    services from ``ctx.services`` (tools/services.py) and imports from the store only the
+    artifact face's types and pure helpers — never the core, models, repositories or units."""
+    store = f"{EXT}.store"
+    face = f"{EXT}.store.artifacts"
+    offending = [str(i) for i in imports_of("kaizen_plugins")
+                 if within(i.module, store) and i.module != face]
+    assert offending == []
+
+
+def test_the_lanes_import_no_plugin() -> None:
+    """The room lane runs what the host built; it never imports a tool family (it reads a
+    tool's declaration from the run's frozen catalog)."""
+    offending = [str(i) for i in imports_of(f"{EXT}.lanes") if within(i.module, "kaizen_plugins")]
+    assert offending == []

@@ -33,10 +33,15 @@ from kaizen_server_extension.protocol.authority import (
 from kaizen_server_extension.protocol.errors import Conflict, NotFound
 from kaizen_server_extension.protocol.tools import ToolCallRequest, ToolOutcome
 from kaizen_server_extension.store import models as m
+from kaizen_server_extension.store.artifacts.checkpoints import UpdateCheckpoints
+from kaizen_server_extension.store.artifacts.drafts import DraftStore
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore
 from kaizen_server_extension.store.calls import CallFacts, HeldAudit, read_call_facts
 from kaizen_server_extension.store.core import Tx, new_id, utcnow
+from kaizen_server_extension.store.library import LibraryStore
 from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.tools.ports import CallFactsView
+from kaizen_server_extension.tools.services import ArtifactServices, ToolServices
 from kaizen_server_extension.tools.types import RegisteredTool, ResourceVerdict
 
 log = logging.getLogger("kaizen.tools.audit")
@@ -339,12 +344,22 @@ class ReadOnlyStore(Store):
         yield self._tx
 
 
+def artifact_services(store: Store) -> ArtifactServices:
+    """The member-artifact services over ``store`` (the run's, or a read-only one)."""
+    artifacts = ArtifactStore(store)
+    return ArtifactServices(store=artifacts, drafts=DraftStore(store, artifacts),
+                            checkpoints=UpdateCheckpoints(store, artifacts),
+                            library=LibraryStore(store, artifacts))
+
+
 @dataclass(frozen=True, slots=True)
 class ResourceCheckContext:
-    """``ResourceContext`` for one call's ``authorize``."""
+    """``ResourceContext`` for one call's ``authorize``: its services see only the check's
+    read-only transaction."""
 
     bundle: AuthorityBundle
     store: ReadOnlyStore
+    services: ToolServices
 
     @property
     def member(self) -> str:
@@ -363,5 +378,6 @@ class StoreResourceAuthorization:
         if authorize is None:
             return ResourceVerdict.allow()
         async with read_only_transaction(self._store) as tx:
-            return await authorize(ResourceCheckContext(bundle, ReadOnlyStore(self._store, tx)),
-                                   arguments)
+            read_only = ReadOnlyStore(self._store, tx)
+            services = ToolServices(artifacts=artifact_services(read_only))
+            return await authorize(ResourceCheckContext(bundle, read_only, services), arguments)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kaizen_server_extension.agents import KNOWLEDGE_SCOPE_SERVICE, UNSCOPED, KnowledgeScope
+from kaizen_server_extension.agents import UNSCOPED, KnowledgeScope
 from kaizen_server_extension.host.run_host import ToolCaller
 from kaizen_server_extension.host.store_ports import (
     StoreApprovalModes,
@@ -24,6 +24,7 @@ from kaizen_server_extension.host.store_ports import (
     StoreAuthority,
     StorePermissions,
     StoreResourceAuthorization,
+    artifact_services,
 )
 from kaizen_server_extension.policy.approvals import ApprovalReceipt
 from kaizen_server_extension.policy.errors import ApprovalPending
@@ -38,7 +39,6 @@ from kaizen_server_extension.protocol.tools import (
     ToolOutcome,
 )
 from kaizen_server_extension.resources import NO_RESOURCES, AdmittedResources
-from kaizen_server_extension.store.artifacts.repository import ArtifactStore
 from kaizen_server_extension.store.hashline_state import StoredWorkspaceState
 from kaizen_server_extension.store.records import AgentRecord, ConversationRecord
 from kaizen_server_extension.store.store import Store
@@ -49,7 +49,8 @@ from kaizen_server_extension.tools.metrics import ToolMetrics
 from kaizen_server_extension.tools.pipeline import ToolPipeline
 from kaizen_server_extension.tools.ports import CallFactsView, CallScope
 from kaizen_server_extension.tools.registry import ToolRegistry
-from kaizen_server_extension.tools.types import RegisteredTool
+from kaizen_server_extension.tools.services import ToolServices
+from kaizen_server_extension.tools.types import RegisteredTool, ToolDescriptor
 
 log = logging.getLogger("kaizen.tools")
 
@@ -79,6 +80,11 @@ class FrozenTools:
     # Per frozen tool, the arguments observers never see (``tool(withheld_arguments=)``).
     withheld_arguments: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
 
+    def declared(self, name: str) -> ToolDescriptor | None:
+        """The frozen catalog's declaration of ``name``, or None when it has no such tool."""
+        return self.catalog.descriptors.get(name) if isinstance(self.catalog, FrozenCatalog) \
+            else None
+
     @property
     def read_tools(self) -> frozenset[str]:
         """The frozen tools that only read (advertised or deferred)."""
@@ -88,10 +94,10 @@ class FrozenTools:
 
 @dataclass
 class RunToolContext:
-    """What a tool implementation sees: the member it acts for and named services."""
+    """What a tool implementation sees: the member it acts for and the run's services."""
 
     bundle: AuthorityBundle
-    services: Mapping[str, Any] = field(default_factory=dict)
+    services: ToolServices = field(default_factory=ToolServices)
 
     @property
     def member(self) -> str:
@@ -153,7 +159,7 @@ class LeaseReleasingApprovals:
 
 
 class AgentRoster:
-    """``ctx.services["agents"]`` for the roster tool: the member-visible agents."""
+    """``ctx.services.agents`` for the roster tool: the member-visible agents."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -179,10 +185,10 @@ class PipelineToolBackend:
         self.permissions = StorePermissions(store, authorize)
         self._metrics = metrics
         self._guardrails = guardrails
-        self._services: dict[str, Any] = {"agents": AgentRoster(store),
-                                          "artifacts": ArtifactStore(store),
-                                          # Hashline snapshots and registers (R-159).
-                                          "workspace_store": StoredWorkspaceState(store)}
+        self._agents = AgentRoster(store)
+        self._artifacts = artifact_services(store)
+        # Hashline snapshots and registers (R-159).
+        self._workspace_store = StoredWorkspaceState(store)
         self._run_code: Any = None
         capability_of = {d.name: d.capability.value for d in registry.descriptors()}
         self.approvals = StoreApprovals(store, capability_of)
@@ -238,13 +244,7 @@ class PipelineToolBackend:
         # Grows as discovery reveals deferred tools, so a later search reports them callable.
         callable_now = {t.name for t in tools.advertised}
         deferred_names = {t.name for t in tools.deferred}
-        services: dict[str, Any] = {
-            **self._services, "catalog": catalog, "run_code": self._run_code,
-            "callable_tools": callable_now,
-            # The turn's admitted files (run_code projects exactly these, R-454).
-            "resources": tools.resources,
-            # What the agent retrieves over, narrowing the member's access (R-002).
-            KNOWLEDGE_SCOPE_SERVICE: tools.knowledge_scope}
+        services: ToolServices  # built below, with the bridge, before any call can run
 
         async def execute(tool: RegisteredTool, run_bundle: AuthorityBundle,
                           arguments: Mapping[str, Any], /) -> object:
@@ -293,9 +293,17 @@ class PipelineToolBackend:
                     # receipt and reruns every guardrail before executing (R-238).
 
         # A kernel may call back only the catalog's read tools, through this same pipeline.
-        services["bridge"] = BridgeBinding(bundle, call, {
+        bridge = BridgeBinding(bundle, call, {
             name: d.capability for name, d in catalog.descriptors.items()
             if d.capability is Capability.READ and name != "run_code"})
+        services = ToolServices(
+            artifacts=self._artifacts, agents=self._agents, run_code=self._run_code,
+            bridge=bridge, workspace_store=self._workspace_store, catalog=catalog,
+            callable_tools=callable_now,
+            # The turn's admitted files (run_code projects exactly these, R-454).
+            resources=tools.resources,
+            # What the agent retrieves over, narrowing the member's access (R-002).
+            knowledge_scope=tools.knowledge_scope)
         return call
 
     async def _await_decision(self, approval_id: str, cancelled: asyncio.Event) -> str:

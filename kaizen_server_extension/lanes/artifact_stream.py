@@ -27,6 +27,7 @@ from typing import Protocol, cast
 from kaizen_server_extension.host.store_ports import StoreApprovalModes
 from kaizen_server_extension.models.assembly import ToolArgumentsDelta
 from kaizen_server_extension.policy.approvals import decide
+from kaizen_server_extension.policy.declared import DeclaredTool
 from kaizen_server_extension.protocol.errors import MemberError
 from kaizen_server_extension.protocol.model import StepEvent, StepFinished, StepSnapshot
 from kaizen_server_extension.store.artifacts.checkpoints import (
@@ -114,8 +115,8 @@ class _StepStreams(Protocol):
 
 
 async def checkpointed_step(gateway: _StepStreams, snapshot: StepSnapshot, *, model: str,
-                            store: Store, owner: str, conversation_id: str,
-                            run_id: str) -> AsyncIterator[StepEvent]:
+                            store: Store, owner: str, conversation_id: str, run_id: str,
+                            update_tool: DeclaredTool | None) -> AsyncIterator[StepEvent]:
     """One model step's events, with live update_artifact arguments checkpointed.
 
     A gateway without ``stream_step_with_arguments`` (or a step that does not advertise
@@ -127,8 +128,9 @@ async def checkpointed_step(gateway: _StepStreams, snapshot: StepSnapshot, *, mo
     with_arguments = cast(
         "Callable[..., AsyncIterator[StepEvent | ToolArgumentsDelta]] | None",
         getattr(gateway, "stream_step_with_arguments", None))
-    if with_arguments is None or UPDATE_TOOL not in {t.name for t in snapshot.tools} \
-            or await _update_waits_for_approval(store, owner):
+    if with_arguments is None or update_tool is None \
+            or UPDATE_TOOL not in {t.name for t in snapshot.tools} \
+            or await _update_waits_for_approval(store, owner, update_tool):
         async for event in gateway.stream_step(snapshot, model=model):
             yield event
         return
@@ -148,18 +150,17 @@ async def checkpointed_step(gateway: _StepStreams, snapshot: StepSnapshot, *, mo
             await _interrupt(watcher)
 
 
-async def _update_waits_for_approval(store: Store, owner: str) -> bool:
-    """Whether ``owner``'s update_artifact call would wait for their decision under their
-    current approval mode. A mode that cannot be read counts as asking, as the pipeline
-    treats it, so no row opens ahead of a decision that may be required."""
-    from kaizen_plugins.artifacts import update_artifact  # late: plugins import this package
-
+async def _update_waits_for_approval(store: Store, owner: str, update_tool: DeclaredTool) -> bool:
+    """Whether ``owner``'s update_artifact call (as the run's frozen catalog declares it)
+    would wait for their decision under their current approval mode. A mode that cannot be
+    read counts as asking, as the pipeline treats it, so no row opens ahead of a decision
+    that may be required."""
     try:
         mode = await StoreApprovalModes(store).mode_for(owner)
     except Exception:
         log.warning("approval mode unreadable; not checkpointing this step", exc_info=True)
         return True
-    return decide(mode, update_artifact.descriptor).needs_approval
+    return decide(mode, update_tool).needs_approval
 
 
 async def _observe(watcher: ArtifactArgumentStream,

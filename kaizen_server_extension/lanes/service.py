@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from kaizen_server_extension.host.bundle import admitted_bundle, recorded_admission, resource_digest
 from kaizen_server_extension.host.run_host import LivePublisher, RunHost, ToolCaller
 from kaizen_server_extension.host.tool_backend import FrozenTools
-from kaizen_server_extension.lanes.artifact_stream import checkpointed_step
+from kaizen_server_extension.lanes.artifact_stream import UPDATE_TOOL, checkpointed_step
 from kaizen_server_extension.lanes.context import build_context, roster_for
 from kaizen_server_extension.lanes.inbox import CompletionInbox, PresenceRegistry
 from kaizen_server_extension.lanes.resume import RECOVERY_EVENTS, RunJournal
@@ -291,6 +291,8 @@ class LaneService:
         """The turn controller over this run's trusted host, from the start or from the
         point a recovery rebuilt from the journal."""
         cap = self._config.daily_tokens
+        # How the run's frozen catalog declares update_artifact (None: not in this run's).
+        update_tool = tools.declared(UPDATE_TOOL)
 
         async def model_stream(snapshot: StepSnapshot) -> AsyncIterator[StepEvent]:
             try:
@@ -298,7 +300,8 @@ class LaneService:
                     # update_artifact arguments are checkpointed as they stream (R-245).
                     async for event in checkpointed_step(
                             gateway, snapshot, model=model, store=self.store, owner=run.member,
-                            conversation_id=run.conversation_id, run_id=run.id):
+                            conversation_id=run.conversation_id, run_id=run.id,
+                            update_tool=update_tool):
                         if isinstance(event, StepFinished):
                             meter.add(event.usage.total_tokens)
                         yield event

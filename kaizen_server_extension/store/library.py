@@ -224,6 +224,15 @@ class LibraryStore:
                            {"project_id": project.id, "kind": item_kind, "item_id": item_id})
             return True
 
+    async def owns_destination(self, member: str, kind: Literal["collection", "project"],
+                               destination_id: str) -> bool:
+        """Whether ``member`` owns the collection or project ``destination_id``."""
+        model = m.LibraryCollection if kind == "collection" else m.LibraryProject
+        async with self.store.transaction() as tx:
+            owner = (await tx.session.execute(
+                select(model.owner).where(model.id == destination_id))).scalar_one_or_none()
+        return owner == member
+
     async def collection_items(self, member: str, collection_id: str) -> list[str]:
         async with self.store.transaction() as tx:
             await self._owned(tx, m.LibraryCollection, collection_id, member)

@@ -168,12 +168,12 @@ async def tool_search(
 ) -> dict[str, Any]:
     """Search the tools available to you in this conversation. Matching tools that are not
     callable yet become callable from your next step. Use view='surfaces' for an overview."""
-    catalog = ctx.services.get("catalog")
+    catalog = ctx.services.catalog
     if not isinstance(catalog, FrozenCatalog):
         raise MemberSafeError("Tool search is unavailable in this turn.", code="no_catalog")
     if view == "surfaces":
         return search_surfaces(catalog, query)
-    callable_now = ctx.services.get("callable_tools")
+    callable_now = ctx.services.callable_tools
     return search_tools(catalog, query, callable_now=callable_now)
 
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.protocol.tools import CanvasItem, Capability, StoredFile, WriteCategory
+
+if TYPE_CHECKING:
+    from kaizen_server_extension.tools.services import ToolServices
 
 DEFAULT_TIMEOUT_S = 30.0
 MAX_TIMEOUT_S = 240.0
@@ -61,8 +64,8 @@ class ToolContext(Protocol):
     def member(self) -> str: ...
 
     @property
-    def services(self) -> Mapping[str, Any]:
-        """Named backend services the trusted host exposes to first-party tools."""
+    def services(self) -> ToolServices:
+        """The backend services the trusted host hands this run's tools (tools/services.py)."""
         ...
 
 
@@ -70,11 +73,12 @@ ToolImpl = Callable[..., Awaitable[Any]]
 
 
 class ResourceContext(Protocol):
-    """What a tool's ``authorize`` callable may use: who is asking, and a read-only store.
+    """What a tool's ``authorize`` callable may use: who is asking, and read-only services.
 
-    ``store`` opens only the one read-only transaction the check runs in (SQLite
-    ``PRAGMA query_only``, PostgreSQL ``SET TRANSACTION READ ONLY``): an authorize callable
-    must not mutate (R-365), and a write it attempts is refused by the database.
+    ``services`` (the artifact services) and ``store`` open only the one read-only transaction
+    the check runs in (SQLite ``PRAGMA query_only``, PostgreSQL ``SET TRANSACTION READ
+    ONLY``): an authorize callable must not mutate (R-365), and a write it attempts is refused
+    by the database.
     """
 
     @property
@@ -82,6 +86,9 @@ class ResourceContext(Protocol):
 
     @property
     def member(self) -> str: ...
+
+    @property
+    def services(self) -> ToolServices: ...
 
     @property
     def store(self) -> Any: ...

@@ -1,6 +1,6 @@
 """Artifact tools: single-call writes, anchored reads and edits, and the staged protocol.
 
-Every tool acts as the member (``ctx.member``) through ``ctx.services["artifacts"]`` (the
+Every tool acts as the member (``ctx.member``) through ``ctx.services.artifacts`` (the
 versioned store); nothing here widens what the member could do on their own screen, and
 ``read_artifact`` is further kept to the agent's knowledge scope (R-002). Store
 refusals (a version conflict, a foreign or missing root, a validator, the reserved pair) are
@@ -13,42 +13,34 @@ store's own wording and never claims that nothing was saved (R-367).
 from __future__ import annotations
 
 import hashlib
+import uuid
 from collections.abc import Awaitable, Iterable, Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import Field
 
-from kaizen_server_extension.agents import knowledge_scope_of
 from kaizen_server_extension.protocol.errors import MemberError, NotFound
 from kaizen_server_extension.protocol.tools import StoredFile
 from kaizen_server_extension.resources import ARTIFACT_REFERENCE, AdmittedResources
-from kaizen_server_extension.store.artifacts.checkpoints import (
+from kaizen_server_extension.store.artifacts import (
     FENCED_CHECKPOINT_CODES,
-    CheckpointScope,
-    UpdateCheckpoints,
-)
-from kaizen_server_extension.store.artifacts.content import MODEL_KINDS, is_reserved
-from kaizen_server_extension.store.artifacts.drafts import (
     FENCED_DRAFT_CODES,
+    MAX_WINDOW_LINES,
+    MODEL_KINDS,
+    ArtifactStore,
+    ArtifactVersionRecord,
+    CheckpointScope,
     DraftScope,
     DraftStore,
-)
-from kaizen_server_extension.store.artifacts.edit import (
-    MAX_WINDOW_LINES,
     EditError,
+    WriteContext,
     apply_hunks,
     content_tag,
+    is_reserved,
     numbered_window,
     parse_hunks,
     split_lines,
 )
-from kaizen_server_extension.store.artifacts.repository import (
-    ArtifactStore,
-    ArtifactVersionRecord,
-    WriteContext,
-)
-from kaizen_server_extension.store.core import new_id
-from kaizen_server_extension.store.library import LibraryStore
 from kaizen_server_extension.tools import (
     Capability,
     MemberSafeError,
@@ -61,6 +53,7 @@ from kaizen_server_extension.tools import (
     tool,
 )
 from kaizen_server_extension.tools.hookspecs import ToolRegistrar
+from kaizen_server_extension.tools.services import ArtifactServices
 
 T = TypeVar("T")
 
@@ -90,12 +83,16 @@ _WRITE = dict(capability=Capability.WRITE, room_class=RoomClass.ACTOR_BOUND_WRIT
               write_category=WriteCategory.MEMBER_STORE, surface="artifacts", timeout_s=30)
 
 
-def _artifacts(ctx: ToolContext) -> ArtifactStore:
-    service = ctx.services.get("artifacts")
-    if not isinstance(service, ArtifactStore):
+def _services(ctx: ToolContext) -> ArtifactServices:
+    services = ctx.services.artifacts
+    if services is None:
         raise MemberSafeError("The artifact store is not available on this server.",
                               code="artifacts_unavailable")
-    return service
+    return services
+
+
+def _artifacts(ctx: ToolContext) -> ArtifactStore:
+    return _services(ctx).store
 
 
 def _where(ctx: ToolContext) -> WriteContext:
@@ -149,10 +146,19 @@ def _summary(record: ArtifactVersionRecord, verb: str) -> dict[str, Any]:
 # member-safe sentence the tool body's own check would; the bodies keep their checks.
 
 
+def _read_only_artifacts(ctx: ResourceContext) -> ArtifactStore:
+    """The artifact store over the check's read-only transaction."""
+    services = ctx.services.artifacts
+    if services is None:
+        raise MemberSafeError("The artifact store is not available on this server.",
+                              code="artifacts_unavailable")
+    return services.store
+
+
 async def _resolvable(ctx: ResourceContext, artifact_id: str, *, room: str | None,
                       owned: bool) -> ResourceVerdict:
     try:
-        record = await ArtifactStore(ctx.store).resolve(ctx.member, artifact_id, room=room)
+        record = await _read_only_artifacts(ctx).resolve(ctx.member, artifact_id, room=room)
     except MemberError as exc:
         return ResourceVerdict.deny(f"{exc.message} Nothing was saved.", exc.code)
     if owned and record.owner != ctx.member:
@@ -211,7 +217,7 @@ async def update_artifact(ctx: ToolContext, content: Content,
     artifact_id exactly as given; without one, the artifact focused in the member's pane is
     used. Prefer edit_artifact for small changes to long artifacts."""
     # An explicit id is authoritative; the focused artifact is only a fallback (R-243).
-    target = artifact_id or ctx.services.get("focused_artifact")
+    target = artifact_id or ctx.services.focused_artifact
     if not isinstance(target, str) or not target:
         raise MemberSafeError("Say which artifact to update: pass its artifact_id. Nothing "
                               "was saved.", code="artifact_id_required")
@@ -224,9 +230,9 @@ async def update_artifact(ctx: ToolContext, content: Content,
     # The update completes through its private building row: a row an interrupted earlier
     # turn (or this call's own stream) opened is resumed and frozen into exactly this one
     # version (R-245); without one, a row is opened and frozen in the same transaction.
-    checkpoints = UpdateCheckpoints(store.store, store)
+    checkpoints = _services(ctx).checkpoints
     scope = CheckpointScope(ctx.member, ctx.bundle.conversation_id, ctx.bundle.run_id,
-                            f"completion:{new_id()}")
+                            f"completion:{uuid.uuid4().hex}")
     record, checkpoint = await _nothing_saved(checkpoints.freeze(
         scope, target, content=content, expected_version=expected_version, title=title,
         language=language))
@@ -245,11 +251,11 @@ async def _retrievable(ctx: ToolContext, artifact_id: str) -> ArtifactVersionRec
     store = _artifacts(ctx)
     room = ctx.bundle.conversation_id
     record = await store.resolve(ctx.member, artifact_id, room=room)
-    admitted = ctx.services.get("resources")
+    admitted = ctx.services.resources
     attached = {r.reference_id for r in admitted.resources if r.kind == ARTIFACT_REFERENCE} \
         if isinstance(admitted, AdmittedResources) else set()
-    library = LibraryStore(store.store, store)
-    if not await library.may_retrieve(ctx.member, knowledge_scope_of(ctx.services), record,
+    library = _services(ctx).library
+    if not await library.may_retrieve(ctx.member, ctx.services.knowledge_scope, record,
                                       room=room, attached=attached):
         raise NotFound(ARTIFACT_NOT_FOUND, code="artifact_not_found")
     return record
@@ -334,9 +340,8 @@ async def edit_artifact(ctx: ToolContext, artifact_id: ArtifactId,
 
 
 def _drafts(ctx: ToolContext) -> tuple[DraftStore, DraftScope]:
-    store = _artifacts(ctx)
     bundle = ctx.bundle
-    return (DraftStore(store.store, store),
+    return (_services(ctx).drafts,
             DraftScope(bundle.member, bundle.conversation_id, bundle.run_id, bundle.fence))
 
 
@@ -400,9 +405,10 @@ async def persist_run_files(ctx: ToolContext, files: Iterable[Any],
     against its declared size and digest first (R-451); ``payload["files"]`` gains the
     artifact id and version each file is stored under. Returns the stored files, straight
     from the store's records, for the journal's generation placeholders (R-236)."""
-    store = ctx.services.get("artifacts")
-    if not isinstance(store, ArtifactStore):
+    services = ctx.services.artifacts
+    if services is None:
         return []
+    store = services.store
     stored: list[StoredFile] = []
     described: list[dict[str, Any]] = []
     refused: list[dict[str, Any]] = list(payload.get("refused_files", []))

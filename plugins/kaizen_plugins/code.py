@@ -10,7 +10,7 @@ from kaizen_plugins.artifacts import persist_run_files
 from kaizen_plugins.office_idioms import OFFICE_IDIOMS
 from kaizen_plugins.sandbox import SANDBOX_TOOL
 from kaizen_server_extension.protocol.errors import NotFound
-from kaizen_server_extension.resources import AdmittedResources, SharedResource
+from kaizen_server_extension.resources import SharedResource
 from kaizen_server_extension.tools import (
     MemberSafeError,
     ToolContext,
@@ -34,11 +34,11 @@ RUN_CODE_TIMEOUT_S = 240
     **SANDBOX_TOOL,
 )
 async def run_code(ctx: ToolContext, **arguments: Any) -> dict[str, Any]:
-    service = ctx.services.get("run_code")
+    service = ctx.services.run_code
     if service is None:
         raise MemberSafeError("Code execution is not available on this server.",
                               code="run_code_unavailable")
-    bridge = ctx.services.get("bridge")
+    bridge = ctx.services.bridge
     result = await service.run_arguments(
         ctx.member, ctx.bundle.conversation_id, dict(arguments),
         callable_tools=bridge.read_tools if bridge is not None else {},
@@ -58,15 +58,15 @@ async def run_code(ctx: ToolContext, **arguments: Any) -> dict[str, Any]:
 def _resource_grant(ctx: ToolContext) -> ResourceGrant | None:
     """The turn's admitted files and a fetcher of their exact versions as the member may read
     them now (owner, or bound to this exact room), for the sandbox to verify and project."""
-    admitted = ctx.services.get("resources")
-    artifacts = ctx.services.get("artifacts")
-    if not isinstance(admitted, AdmittedResources) or not admitted or artifacts is None:
+    admitted = ctx.services.resources
+    services = ctx.services.artifacts
+    if not admitted or services is None:
         return None
     member, room = ctx.member, ctx.bundle.conversation_id
 
     async def fetch(pinned: SharedResource) -> FetchedVersion:
         try:
-            record = await artifacts.resolve(member, pinned.reference_id,
+            record = await services.store.resolve(member, pinned.reference_id,
                                              version=pinned.version, room=room)
         except NotFound:
             raise LookupError(pinned.reference_id) from None

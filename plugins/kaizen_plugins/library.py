@@ -10,17 +10,12 @@ surface, so ``KAIZEN_LIBRARY_ENABLED=0`` withholds them from the registry (R-140
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field
-from sqlalchemy import select
 
-from kaizen_server_extension.agents import knowledge_scope_of
 from kaizen_server_extension.protocol.errors import MemberError
 from kaizen_server_extension.settings import LIBRARY_SURFACE
-from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.artifacts.repository import ArtifactStore
-from kaizen_server_extension.store.library import LibraryStore
 from kaizen_server_extension.tools import (
     Capability,
     MemberSafeError,
@@ -34,15 +29,18 @@ from kaizen_server_extension.tools import (
 )
 from kaizen_server_extension.tools.hookspecs import ToolRegistrar
 
+if TYPE_CHECKING:
+    from kaizen_server_extension.store.artifacts import LibraryStore
+
 Id = Annotated[str, Field(min_length=1, max_length=64)]
 
 
-def _library(ctx: ToolContext) -> LibraryStore:
-    artifacts = ctx.services.get("artifacts")
-    if not isinstance(artifacts, ArtifactStore):
+def _library(ctx: ToolContext | ResourceContext) -> LibraryStore:
+    artifacts = ctx.services.artifacts
+    if artifacts is None:
         raise MemberSafeError("The Library is not available on this server.",
                               code="library_unavailable")
-    return LibraryStore(artifacts.store, artifacts)
+    return artifacts.library
 
 
 @tool(name="inspect_library", capability=Capability.READ,
@@ -55,7 +53,7 @@ async def inspect_library(ctx: ToolContext,
     read_artifact."""
     # An agent with a knowledge scope lists only the member's items inside it (R-002).
     items = await _library(ctx).inspect(ctx.member, surface,
-                                        scope=knowledge_scope_of(ctx.services))
+                                        scope=ctx.services.knowledge_scope)
     return {"surface": surface, "items": items}
 
 
@@ -63,13 +61,10 @@ async def _owns_destination(ctx: ResourceContext,
                             arguments: Mapping[str, Any]) -> ResourceVerdict:
     """The destination collection or project is the member's own (R-226); read-only. The
     body re-resolves it, and the item, inside its write."""
-    model = (m.LibraryCollection if arguments.get("action") == "file_into_collection"
-             else m.LibraryProject)
+    kind: Literal["collection", "project"] = (
+        "collection" if arguments.get("action") == "file_into_collection" else "project")
     destination = str(arguments.get("destination_id", ""))
-    async with ctx.store.transaction() as tx:
-        owner = (await tx.session.execute(
-            select(model.owner).where(model.id == destination))).scalar_one_or_none()
-    if owner != ctx.member:
+    if not await _library(ctx).owns_destination(ctx.member, kind, destination):
         return ResourceVerdict.deny(
             # The store's own sentence: which side refused is not distinguishable.
             "Nothing was changed: the destination or the item does not exist or is not "

@@ -30,7 +30,7 @@ ROSTER_KEYS = ("id", "name", "mode")
 )
 async def list_available_agents(ctx: ToolContext) -> dict[str, Any]:
     """List the agents you can use: id, name and mode of each."""
-    service = ctx.services.get("agents")
+    service = ctx.services.agents
     if service is None:
         raise MemberSafeError("The agent roster is unavailable.", code="roster_unavailable")
     agents = await service.visible_to(ctx.member)

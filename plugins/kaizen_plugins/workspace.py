@@ -1,13 +1,14 @@
 """read_workspace / edit_workspace: Hashline (OMP G4) views and edits of the run_code workspace.
 
 Both tools act only inside the lease workspace of ``ctx.member`` + ``ctx.bundle.conversation_id``
-(``ctx.services["run_code"].workspace(...)``, the directory run_code's kernels use, R-153) and
+(``ctx.services.run_code.workspace(...)``, the directory run_code's kernels use, R-153) and
 are write-tier (R-169): a four-hex tag is never authority, it only indexes trusted state.
 
 Trusted state (snapshots, seen lines, named registers) lives in the database when the host
-provides ``ctx.services["workspace_store"]`` (the server does: it survives a lease release and
-a replica change, R-159); otherwise ``ctx.services["workspace_state"]`` or the module-level
-:data:`DEFAULT_STATE`, in memory. None of them lives in the workspace (R-083).
+provides ``ctx.services.workspace_store`` (the server does: it survives a lease release and
+a replica change, R-159); otherwise an in-memory state handed as the extra service
+``workspace_state``, or the module-level :data:`DEFAULT_STATE`. None of them lives in the
+workspace (R-083).
 """
 
 from __future__ import annotations
@@ -100,8 +101,8 @@ def workspace_state(ctx: ToolContext) -> WorkspaceState:
 @asynccontextmanager
 async def _trusted_state(ctx: ToolContext, key: WorkspaceKey) -> AsyncIterator[WorkspaceState]:
     """The namespace's state for one call: from the database when the host keeps it there
-    (``ctx.services["workspace_store"]``, R-159), else the in-process state."""
-    stored = ctx.services.get("workspace_store")
+    (``ctx.services.workspace_store``, R-159), else the in-process state."""
+    stored = ctx.services.workspace_store
     if stored is None:
         yield workspace_state(ctx)
         return
@@ -110,7 +111,7 @@ async def _trusted_state(ctx: ToolContext, key: WorkspaceKey) -> AsyncIterator[W
 
 
 def _workspace(ctx: ToolContext) -> tuple[WorkspaceFS, WorkspaceKey]:
-    service = ctx.services.get("run_code")
+    service = ctx.services.run_code
     if service is None:
         raise MemberSafeError("The sandbox workspace is not available on this server.",
                               code="workspace_unavailable")

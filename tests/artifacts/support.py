@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 
 from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store.records import RunRecord
 from kaizen_server_extension.store.runs import RunLane
+from kaizen_server_extension.tools.services import ToolServices
+from tests.support.services import tool_services
 
 
 async def room(store: Store, owner: str = "alice", *, shared: bool = False,
@@ -41,9 +44,10 @@ def bundle_of(run: RunRecord) -> AuthorityBundle:
 class Ctx:
     """The tool context a run gives an implementation: its bundle and named services."""
 
-    def __init__(self, bundle: AuthorityBundle, services: dict[str, object]) -> None:
+    def __init__(self, bundle: AuthorityBundle,
+                 services: Mapping[str, object] | ToolServices) -> None:
         self.bundle = bundle
-        self.services = services
+        self.services = tool_services(services)
 
     @property
     def member(self) -> str:

@@ -37,6 +37,9 @@ from kaizen_server_extension.store.runs import RunLane
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from tests.artifacts.support import Ctx, bundle_of, live_run, room
 
+#: update_artifact as the frozen catalog declares it.
+UPDATE = plugin.update_artifact.descriptor
+
 NEW_TEXT = "# Plan\n\nStep one.\nStep two.\n"
 
 
@@ -269,7 +272,7 @@ async def test_a_provider_stream_cut_mid_update_is_checkpointed_and_the_next_tur
         with pytest.raises(ModelStepError) as cut:
             async for _ in checkpointed_step(gateway, snapshot, model="fake-model", store=store,
                                              owner="alice", conversation_id=conversation,
-                                             run_id=first.id):
+                                             run_id=first.id, update_tool=UPDATE):
                 pass
         assert cut.value.code == "provider_stream_interrupted"
         (row,) = await _checkpoint_rows(store)
@@ -283,7 +286,7 @@ async def test_a_provider_stream_cut_mid_update_is_checkpointed_and_the_next_tur
         second = await live_run(store, conversation, text="please finish that")
         events = [e async for e in checkpointed_step(
             gateway, snapshot, model="fake-model", store=store, owner="alice",
-            conversation_id=conversation, run_id=second.id)]
+            conversation_id=conversation, run_id=second.id, update_tool=UPDATE)]
         # The controller sees only ordinary events: the one complete call, then the finish.
         assert [type(e) for e in events] == [ToolCallEmitted, StepFinished]
         emitted = events[0]
@@ -322,7 +325,7 @@ async def test_a_step_that_does_not_advertise_update_artifact_opens_nothing(
         with pytest.raises(ModelStepError):
             async for _ in checkpointed_step(gateway, snapshot, model="fake-model", store=store,
                                              owner="alice", conversation_id=conversation,
-                                             run_id=run.id):
+                                             run_id=run.id, update_tool=UPDATE):
                 pass
         assert await _checkpoint_rows(store) == []
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -94,7 +95,7 @@ async def test_explicit_id_wins_over_the_focused_artifact(store: Store) -> None:
     ctx = await _ctx(store)
     a = await plugin.create_artifact.impl(ctx, title="A", kind="markdown", content="a")
     b = await plugin.create_artifact.impl(ctx, title="B", kind="markdown", content="b")
-    ctx.services["focused_artifact"] = b["artifact_id"]
+    ctx.services = replace(ctx.services, focused_artifact=b["artifact_id"])
     updated = await plugin.update_artifact.impl(ctx, artifact_id=a["artifact_id"],
                                                 content="a2")
     assert updated["artifact_id"] == a["artifact_id"] and updated["version"] == 2
@@ -104,7 +105,7 @@ async def test_explicit_id_wins_over_the_focused_artifact(store: Store) -> None:
     fallback = await plugin.update_artifact.impl(ctx, content="b2")
     assert fallback["artifact_id"] == b["artifact_id"]
     # ...and with neither, nothing is guessed.
-    del ctx.services["focused_artifact"]
+    ctx.services = replace(ctx.services, focused_artifact=None)
     await _refused(plugin.update_artifact.impl(ctx, content="?"), "artifact_id_required")
     # A foreign or missing root fails closed, with one answer for both.
     bob = await _ctx(store, "bob")

@@ -30,6 +30,7 @@ from kaizen_server_extension.tools import MemberSafeError
 from kaizen_server_extension.tools.types import RegisteredTool
 from tests.artifacts.support import Ctx, bundle_of, live_run, room
 from tests.policy.fakes import BUNDLE, harness
+from tests.support.services import tool_services
 
 HASHLINE = Path(engine.__file__).parent
 # The helper: parser, applier, block resolvers, stale-anchor recovery, text and rendering.
@@ -41,6 +42,9 @@ HELPER_MODULES = ("syntax", "apply", "blocks", "recovery", "text", "render")
 class WorkspaceCtx:
     services: Mapping[str, Any]
     member: str = BUNDLE.member
+
+    def __post_init__(self) -> None:
+        self.services = tool_services(self.services)  # type: ignore[assignment]
 
     @property
     def bundle(self) -> Any:

@@ -20,6 +20,7 @@ from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.hashline_state import StoredWorkspaceState
 from tests.artifacts.support import room
+from tests.support.services import tool_services
 
 
 @dataclass
@@ -27,6 +28,9 @@ class Ctx:
     conversation: str
     services: Mapping[str, Any] = field(default_factory=dict)
     member: str = "alice"
+
+    def __post_init__(self) -> None:
+        self.services = tool_services(self.services)  # type: ignore[assignment]
 
     @property
     def bundle(self) -> AuthorityBundle:
@@ -47,7 +51,7 @@ async def test_a_tag_and_a_register_survive_release_and_a_replica_change(
         store: Store, tmp_path: Path) -> None:
     conversation = await room(store)
     first = _replica(tmp_path, store, conversation)
-    service = first.services["run_code"]
+    service = first.services.run_code
     (service.workspace("alice", conversation) / "m.py").write_text("a = 1\nb = 2\n")
     tag = (await read_workspace.impl(first, path="m.py"))["tag"]
     cut = await edit_workspace.impl(first, edits=f"[m.py#{tag}]\nCUT 2.=2 @b\n")
@@ -58,13 +62,13 @@ async def test_a_tag_and_a_register_survive_release_and_a_replica_change(
     # register cut on the first replica pastes.
     second = _replica(tmp_path, store, conversation)
     await edit_workspace.impl(second, edits=f"[m.py#{tag}]\nPUT <1 @b\n")
-    workspace = second.services["run_code"].workspace("alice", conversation)
+    workspace = second.services.run_code.workspace("alice", conversation)
     assert (workspace / "m.py").read_text() == "b = 2\na = 1\n"
 
     # Without the durable state (a process-local one) the same kind of tag is unknown.
     (workspace / "n.py").write_text("x = 1\n")
     n_tag = (await read_workspace.impl(second, path="n.py"))["tag"]
-    local = Ctx(conversation, {"run_code": second.services["run_code"],
+    local = Ctx(conversation, {"run_code": second.services.run_code,
                                "workspace_state": WorkspaceState()})
     with pytest.raises(HashlineError):
         await edit_workspace.impl(local, edits=f"[n.py#{n_tag}]\nPUT 1.=1:\n+x = 2\n")
@@ -75,8 +79,8 @@ async def test_a_tag_and_a_register_survive_release_and_a_replica_change(
 async def test_each_path_retains_at_most_four_versions(store: Store, tmp_path: Path) -> None:
     conversation = await room(store)
     ctx = _replica(tmp_path, store, conversation)
-    stored: StoredWorkspaceState = ctx.services["workspace_store"]
-    workspace = ctx.services["run_code"].workspace("alice", conversation)
+    stored: StoredWorkspaceState = ctx.services.workspace_store
+    workspace = ctx.services.run_code.workspace("alice", conversation)
     (workspace / "f.txt").write_text("v0\n")
     tags = [(await read_workspace.impl(ctx, path="f.txt"))["tag"]]
     for n in range(1, 7):

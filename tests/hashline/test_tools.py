@@ -20,6 +20,7 @@ from kaizen_server_extension.protocol.tools import Capability
 from kaizen_server_extension.tools import MemberSafeError, RoomClass, ToolRegistry, WriteCategory
 from kaizen_server_extension.tools.catalog import freeze_catalog
 from kaizen_server_extension.tools.schema import InvalidArguments, validate_arguments
+from tests.support.services import tool_services
 
 
 @dataclass
@@ -27,6 +28,9 @@ class Ctx:
     services: Mapping[str, Any] = field(default_factory=dict)
     member: str = "alice"
     conversation: str = "conv"
+
+    def __post_init__(self) -> None:
+        self.services = tool_services(self.services)  # type: ignore[assignment]
 
     @property
     def bundle(self) -> AuthorityBundle:

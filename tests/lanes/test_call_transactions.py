@@ -108,7 +108,7 @@ async def save_note(ctx: ToolContext, text: str) -> dict[str, Any]:
       room_class=RoomClass.AUDIENCE_SAFE_READ)
 async def relay_read(ctx: ToolContext) -> Any:
     """Call probe_read through the run's bridge, as a kernel's tools.call would."""
-    return await ctx.services["bridge"].dispatch("probe_read", {"key": "inner"})  # type: ignore[attr-defined]
+    return await ctx.services.bridge.dispatch("probe_read", {"key": "inner"})  # type: ignore[attr-defined]
 
 
 TOOLS = (probe_read, private_read, save_note, relay_read)

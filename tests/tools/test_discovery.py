@@ -22,6 +22,7 @@ from kaizen_server_extension.tools.discovery import (
     tool_search,
 )
 from kaizen_server_extension.tools.types import RoomClass, ToolDescriptor
+from tests.support.services import tool_services
 
 SCHEMA = {"type": "object", "properties": {"body": {"type": "string", "maxLength": 8000}}}
 
@@ -140,6 +141,9 @@ class Ctx:
     member: str = "alice"
     bundle: AuthorityBundle = field(default_factory=lambda: AuthorityBundle(
         "run", "conv", 1, "alice", "agent-v1", 1, "digest", 1))
+
+    def __post_init__(self) -> None:
+        self.services = tool_services(self.services)  # type: ignore[assignment]
 
 
 async def test_tool_search_tool_reads_the_catalog_from_the_context():

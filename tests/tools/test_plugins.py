@@ -17,6 +17,7 @@ from kaizen_server_extension.protocol.tools import ON_SCREEN, markdown_item
 from kaizen_server_extension.tools import MemberSafeError, RoomClass, ToolRegistry
 from kaizen_server_extension.tools.catalog import freeze_catalog, project
 from kaizen_server_extension.tools.schema import InvalidArguments, validate_arguments
+from tests.support.services import tool_services
 
 
 @dataclass
@@ -25,6 +26,9 @@ class Ctx:
     member: str = "alice"
     bundle: AuthorityBundle = field(default_factory=lambda: AuthorityBundle(
         "run", "conv", 1, "alice", "agent-v1", 1, "digest", 1))
+
+    def __post_init__(self) -> None:
+        self.services = tool_services(self.services)  # type: ignore[assignment]
 
 
 class Agents:

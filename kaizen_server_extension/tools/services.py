@@ -1,0 +1,103 @@
+"""The services the trusted host hands a run's tools, typed: ``ctx.services``.
+
+A tool reaches the backend only through these: the member's artifacts (and their drafts,
+update checkpoints and Library), the agent roster, the run_code sandbox and its bridge, the
+Hashline workspace state, the run's frozen catalog, its admitted files and its agent's
+knowledge scope. The host builds them (``host/tool_backend.py``) over the run's store — for a
+tool's ``authorize`` check over the one read-only transaction the check runs in — so no tool,
+first- or third-party, constructs a store object or opens a transaction of its own.
+
+A plugin that needs a service of its own may find it in ``extra`` (by name); ``get(name)``
+answers either, for code written against the earlier mapping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from kaizen_server_extension.agents import UNSCOPED, KnowledgeScope
+from kaizen_server_extension.protocol.tools import Capability
+from kaizen_server_extension.resources import NO_RESOURCES, AdmittedResources
+
+if TYPE_CHECKING:
+    from kaizen_server_extension.store.artifacts.checkpoints import UpdateCheckpoints
+    from kaizen_server_extension.store.artifacts.drafts import DraftStore
+    from kaizen_server_extension.store.artifacts.repository import ArtifactStore
+    from kaizen_server_extension.store.hashline_state import StoredWorkspaceState
+    from kaizen_server_extension.store.library import LibraryStore
+    from kaizen_server_extension.tools.catalog import FrozenCatalog
+
+
+class AgentDirectory(Protocol):
+    """The agents a member may use (the roster tool)."""
+
+    async def visible_to(self, member: str) -> list[dict[str, Any]]: ...
+
+
+class KernelBridge(Protocol):
+    """What a kernel's ``tools.call`` may reach during one run_code call: the run's own
+    guarded caller, limited to the catalog's read tools."""
+
+    @property
+    def read_tools(self) -> Mapping[str, Capability]: ...
+
+    async def dispatch(self, name: str, arguments: Mapping[str, Any]) -> Any: ...
+
+
+class CodeSandbox(Protocol):
+    """run_code's kernels (``kaizen_kernel.service.RunCodeService``)."""
+
+    async def run_arguments(self, actor: str, conversation_id: str,
+                            arguments: Mapping[str, Any] | str, **kwargs: Any) -> Any: ...
+
+    def workspace(self, actor: str, conversation_id: str) -> Path:
+        """The (actor, conversation) workspace the kernels and the workspace tools share."""
+        ...
+
+
+@dataclass(frozen=True)
+class ArtifactServices:
+    """The member-artifact services, all over one store."""
+
+    store: ArtifactStore
+    drafts: DraftStore
+    checkpoints: UpdateCheckpoints
+    library: LibraryStore
+
+
+@dataclass(frozen=True)
+class ToolServices:
+    """What one run's tools may use; a field is None where the server does not offer it."""
+
+    artifacts: ArtifactServices | None = None
+    agents: AgentDirectory | None = None
+    run_code: CodeSandbox | None = None
+    #: The run's caller as a kernel reaches it (set for the run's tools, not for bridge calls).
+    bridge: KernelBridge | None = None
+    #: Hashline snapshots and registers kept in the database (R-159).
+    workspace_store: StoredWorkspaceState | None = None
+    #: The run's frozen catalog, for tool discovery.
+    catalog: FrozenCatalog | None = None
+    #: Names callable now; it grows as discovery reveals deferred tools.
+    callable_tools: set[str] = field(default_factory=set)
+    #: The turn's admitted files, pinned at acceptance (run_code projects exactly these, R-454).
+    resources: AdmittedResources = NO_RESOURCES
+    #: What the agent retrieves over; it narrows the member's access, never widens it (R-002).
+    knowledge_scope: KnowledgeScope = UNSCOPED
+    #: An artifact the member has open, when a tool may default to it.
+    focused_artifact: str | None = None
+    #: Services a plugin contributes under its own names.
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The service named ``name`` (a field, else ``extra``), or ``default``."""
+        if name in _FIELDS:
+            value = getattr(self, name)
+            return default if value is None else value
+        return self.extra.get(name, default)
+
+
+_FIELDS = frozenset(f.name for f in fields(ToolServices)) - {"extra"}
