@@ -173,9 +173,10 @@ class KaizenApp(ExtensionApp):
         store = Store(create_engine(database_url, schema=schema))
         bus = EventBus()
         store.add_listener(bus.publish_appended)
-        ctx = self._wire_runtime(store, bus, settings, plugins)
-        if not is_sqlite(database_url):
-            ctx.events_link = PostgresLink(bus, database_url, schema)
+        events_link = None if is_sqlite(database_url) else \
+            PostgresLink(bus, database_url, schema)
+        ctx = self._wire_runtime(store, bus, settings, plugins, events_link)
+        ctx.events_link = events_link
         self.kaizen = ctx
         self.settings.update({"kaizen": ctx})
         self.log.info("Kaizen store: %s", _redact_url(database_url))
@@ -209,7 +210,8 @@ class KaizenApp(ExtensionApp):
         return LoadedPlugins(pm, first_party)
 
     def _wire_runtime(self, store: Store, bus: EventBus, settings: KaizenSettings,
-                      plugins: LoadedPlugins) -> KaizenContext:
+                      plugins: LoadedPlugins,
+                      events_link: PostgresLink | None) -> KaizenContext:
         """Tool registry, guarded pipeline, model gateway and the room lanes."""
         from kaizen_server_extension.host.tool_backend import PipelineToolBackend
         from kaizen_server_extension.lanes.service import LaneConfig, LaneService
@@ -242,6 +244,9 @@ class KaizenApp(ExtensionApp):
                               daily_tokens=settings.LLM_PER_USER_DAILY_TOKENS),
             publish_live=bus.publish_run_live,
             lease=settings.run_lease(),
+            # On PostgreSQL the events link's connection also holds this process's liveness,
+            # so another replica sees a crash in seconds (docs/architecture.md).
+            liveness=events_link,
         )
         self._gateway = gateway
         return KaizenContext(store=store, settings=settings, bus=bus, lanes=lanes, tools=tools,

@@ -67,6 +67,9 @@ class PostgresLink:
         self._connected = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._conn: asyncpg.Connection | None = None
+        # Session advisory locks held on the connection while it is up: (namespace, key).
+        self._locks: list[tuple[int, str]] = []
+        self._locked = asyncio.Event()
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -95,6 +98,19 @@ class PostgresLink:
     @property
     def connected(self) -> bool:
         return self._connected.is_set()
+
+    def hold_advisory_lock(self, namespace: int, key: str) -> None:
+        """Hold the session advisory lock (``namespace``, ``hashtext(key)``) whenever the link
+        is connected, taken again on every reconnect. PostgreSQL releases it the moment the
+        connection ends — when this process dies, however it dies — which is what other
+        replicas read as this process's liveness (store/runs.py: HOLDER_GONE)."""
+        self._locks.append((namespace, key))
+
+    @property
+    def holds_locks(self) -> bool:
+        """Whether the locks asked for are held now (connected, and taken on this
+        connection)."""
+        return bool(self._locks) and self._locked.is_set()
 
     def break_connection(self) -> None:
         """Drop the current connection as if the network had (tests, operators)."""
@@ -141,6 +157,7 @@ class PostgresLink:
             finally:
                 was_listening = self._connected.is_set()
                 self._connected.clear()
+                self._locked.clear()
                 self._conn = None
                 self._drain_outbox()
                 if not conn.is_closed():
@@ -154,6 +171,10 @@ class PostgresLink:
         lost = asyncio.Event()
         conn.add_termination_listener(lambda _conn: lost.set())
         self._schema = str(await conn.fetchval("SELECT current_schema()"))
+        for namespace, key in self._locks:
+            await conn.execute("SELECT pg_advisory_lock($1, hashtext($2) & 2147483647)",
+                               namespace, key, timeout=self.query_timeout)
+        self._locked.set()
         self._assembler = LiveAssembler(self._schema, self.origin)
         await conn.add_listener(JOURNAL_CHANNEL, self._on_notify)
         await conn.add_listener(LIVE_CHANNEL, self._on_notify)

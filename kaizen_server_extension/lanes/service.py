@@ -17,7 +17,6 @@ import hashlib
 import json
 import logging
 import os
-import socket
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -49,7 +48,14 @@ from kaizen_server_extension.runtime.registry import (
 from kaizen_server_extension.store.attachments import AttachmentStore
 from kaizen_server_extension.store.notifications import NotificationRepository
 from kaizen_server_extension.store.records import AgentRecord, ConversationRecord, RunRecord
-from kaizen_server_extension.store.runs import Admission, RunLane
+from kaizen_server_extension.store.runs import (
+    LIVE_OWNER_SUFFIX,
+    LIVENESS_LOCK_NAMESPACE,
+    Admission,
+    RunLane,
+    owner_gone_from_this_host,
+    this_host,
+)
 from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.store.usage import DailyTokenCapReached, UsageLedger
 from kaizen_server_extension.tools.manifest import STAGED_ARTIFACT_TOOLS
@@ -58,6 +64,21 @@ log = logging.getLogger("kaizen.lanes")
 
 LEASE = timedelta(seconds=30)
 RECOVERY_INTERVAL_S = 10.0
+#: How often the database is asked whose holders are gone, when it can tell (PostgreSQL).
+LIVENESS_INTERVAL_S = 1.0
+#: How long a holder's liveness lock must stay gone before its runs are taken over: a
+#: reconnecting replica takes its lock again well within it.
+LIVENESS_GRACE_S = 1.5
+
+
+class HolderLiveness(Protocol):
+    """This process's liveness as the database holds it (events/postgres.py: the link's
+    session advisory lock)."""
+
+    def hold_advisory_lock(self, namespace: int, key: str) -> None: ...
+
+    @property
+    def holds_locks(self) -> bool: ...
 
 
 class ToolBackend(Protocol):
@@ -94,6 +115,7 @@ class LaneService:
         publish_live: LivePublisher,
         lease: timedelta | None = None,
         inbox: CompletionInbox | None = None,
+        liveness: HolderLiveness | None = None,
     ) -> None:
         self.store = store
         self.lane = RunLane(store)
@@ -110,13 +132,32 @@ class LaneService:
         self._gateway = gateway
         self._config = config
         self._publish_live = publish_live
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._base_owner = f"{this_host()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        # With a liveness lock, a crash is seen in seconds instead of after the lease.
+        self._liveness = liveness
+        if liveness is not None:
+            liveness.hold_advisory_lock(LIVENESS_LOCK_NAMESPACE, self._live_owner)
+            self.recovery_interval_s = min(self.recovery_interval_s, LIVENESS_INTERVAL_S)
+        # Runs whose holder's liveness lock was seen gone, and when (monotonic).
+        self._suspects: dict[tuple[str, int], float] = {}
         self._draining: dict[str, asyncio.Task[None]] = {}
         self._runs: dict[str, tuple[asyncio.Task[Any], asyncio.Event]] = {}
         self._recovery: asyncio.Task[None] | None = None
         # Runs this process took over from a dead holder, while they carry on here.
         self._recovered: dict[str, asyncio.Task[None]] = {}
         self._closing = False
+
+    @property
+    def _live_owner(self) -> str:
+        return self._base_owner + LIVE_OWNER_SUFFIX
+
+    @property
+    def owner(self) -> str:
+        """Who this process claims runs as: marked live while the database holds its
+        liveness lock, so other replicas may judge it by that lock (store/runs.py)."""
+        if self._liveness is not None and self._liveness.holds_locks:
+            return self._live_owner
+        return self._base_owner
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -336,18 +377,40 @@ class LaneService:
         return record
 
     async def recover_stale(self) -> int:
-        """Take over each run whose holder stopped renewing its lease (a crash, a lost
-        database) and carry it on here: resumed after its committed steps, or settled
-        when it cannot be (see :meth:`_resume_and_run`)."""
+        """Take over each run whose holder is gone and carry it on here: resumed after its
+        committed steps, or settled when it cannot be (see :meth:`_resume_and_run`).
+
+        A holder is gone when its lease ran out (a crash, a lost database), at once when it
+        was a process of this host that no longer runs (a restarted server), and within
+        seconds when the database released its liveness lock (PostgreSQL: the holder's
+        connection ended), once the lock has stayed gone for ``LIVENESS_GRACE_S``."""
         recovered = 0
         for stale in await self.lane.stale_runs():
-            run = await self.lane.take_over(stale, self.owner, self.lease)
-            if run is None:
-                continue  # another replica took it, or its holder renewed just in time
-            recovered += 1
-            log.warning("took over run %s of a server that stopped mid-turn", run.id)
-            self._spawn_recovered(run)
+            recovered += await self._take_over(stale, holder_gone=False)
+        now = asyncio.get_running_loop().time()
+        seen: set[tuple[str, int]] = set()
+        for orphan in await self.lane.orphaned_runs():
+            key = (orphan.id, orphan.fence)
+            seen.add(key)
+            if owner_gone_from_this_host(orphan.lease_owner):
+                recovered += await self._take_over(orphan, holder_gone=True)
+                continue
+            first_seen = self._suspects.setdefault(key, now)
+            if now - first_seen >= LIVENESS_GRACE_S:
+                recovered += await self._take_over(orphan, holder_gone=True)
+        self._suspects = {k: t for k, t in self._suspects.items() if k in seen}
         return recovered
+
+    async def _take_over(self, stale: RunRecord, *, holder_gone: bool) -> int:
+        if stale.id in self._runs:
+            return 0  # ours, running here
+        run = await self.lane.take_over(stale, self.owner, self.lease, holder_gone=holder_gone)
+        if run is None:
+            return 0  # another replica took it, or its holder renewed just in time
+        log.warning("took over run %s of a server that stopped mid-turn (%s)", run.id,
+                    "its holder is gone" if holder_gone else "its lease ran out")
+        self._spawn_recovered(run)
+        return 1
 
     def _spawn_recovered(self, run: RunRecord) -> None:
         async def carry_on() -> None:

@@ -123,6 +123,9 @@ class RunRecord:
     fence: int
     steps: int
     tool_calls: int
+    #: Who holds the run's lease (``host:pid:nonce``, ``…:live`` when the database holds the
+    #: holder's liveness too: store/runs.py).
+    lease_owner: str | None = None
 
     def public(self) -> dict[str, Any]:
         return {

@@ -427,7 +427,7 @@ def run_record(run: m.Run) -> RunRecord:
         agent_version_id=run.agent_version_id, audience_version=run.audience_version,
         resource_digest=run.resource_digest, catalog_digest=run.catalog_digest,
         model=run.model, status=run.status, reason=run.reason, fence=run.fence,
-        steps=run.steps, tool_calls=run.tool_calls,
+        steps=run.steps, tool_calls=run.tool_calls, lease_owner=run.lease_owner,
     )
 
 

@@ -6,11 +6,14 @@ the caller whose UPDATE touched the row acts, everyone else stands down (DESIGN.
 
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Float, bindparam, literal, or_, select, update
+from sqlalchemy import Float, bindparam, literal, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
@@ -52,6 +55,63 @@ def _sqlite_clock(element: _DatabaseClock, compiler: Any, **kw: Any) -> str:
     # computed times compare correctly as text.
     offset = compiler.process(element.clauses, **kw)
     return f"(strftime('%Y-%m-%d %H:%M:%f', 'now', {offset} || ' seconds') || '000')"
+
+
+#: The advisory-lock namespace of holders' liveness (PostgreSQL), "KZ".
+LIVENESS_LOCK_NAMESPACE = 0x4B5A
+#: The suffix of a lease owner whose liveness the database holds.
+LIVE_OWNER_SUFFIX = ":live"
+
+# A run whose holder's liveness lock is gone: its process died (or lost the database), so
+# PostgreSQL released the session lock the moment its connection ended. Only owners that said
+# they hold one (``…:live``) are judged this way; any other holder keeps its lease.
+HOLDER_GONE = text(
+    # (text() reads ":name" as a parameter, so the suffix's colon is escaped.)
+    "runs.lease_owner LIKE '%" + LIVE_OWNER_SUFFIX.replace(":", "\\:") + "' AND NOT EXISTS ("
+    "SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted "
+    f"AND l.classid = {LIVENESS_LOCK_NAMESPACE} AND l.objsubid = 2 "
+    "AND l.objid::bigint = (hashtext(runs.lease_owner) & 2147483647) "
+    "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))")
+
+
+def this_host() -> str:
+    """Who "this host" is in a lease owner (``host:pid:nonce``): the host name, the PID
+    namespace and the boot, so a pid is only ever judged where it means the same process
+    (containers sharing a host name have PID namespaces of their own)."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid").removeprefix("pid:").strip("[]")
+    except OSError:
+        namespace = "?"
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+    except OSError:
+        boot = "?"
+    return f"{socket.gethostname()}~{namespace}~{boot}"
+
+
+def owner_gone_from_this_host(owner: str | None) -> bool:
+    """Whether ``owner`` (``host:pid:nonce…``) was a process of this host — same host name,
+    PID namespace and boot — that is no longer running: a restarted server takes its runs
+    over at once instead of waiting out their lease (the embedded SQLite store has no other
+    liveness to read). Any other owner is left to its lease or liveness lock."""
+    if not owner:
+        return False
+    parts = owner.split(":")
+    if len(parts) < 3 or parts[0] != this_host() or "?" in parts[0]:
+        return False
+    try:
+        pid = int(parts[1])
+    except ValueError:
+        return False
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # alive, someone else's
+    return False
 
 
 def database_clock(offset: timedelta = timedelta(0)) -> _DatabaseClock:
@@ -230,18 +290,36 @@ class RunLane:
             )).scalars().all()
             return [run_record(r) for r in rows]
 
+    async def orphaned_runs(self) -> list[RunRecord]:
+        """Active runs, lease or not, whose holder is known to be gone: its liveness lock is
+        no longer held (PostgreSQL), or it was a process of this host that is not running."""
+        gone = HOLDER_GONE if self.store.engine.dialect.name == "postgresql" else None
+        async with self.store.transaction() as tx:
+            query = select(m.Run).where(m.Run.status.in_(ACTIVE),
+                                        m.Run.lease_owner.is_not(None))
+            rows = (await tx.session.execute(query)).scalars().all()
+            dead = {r.id for r in rows if owner_gone_from_this_host(r.lease_owner)}
+            if gone is not None:
+                dead |= set((await tx.session.execute(
+                    select(m.Run.id).where(m.Run.status.in_(ACTIVE), gone))).scalars().all())
+            return [run_record(r) for r in rows if r.id in dead]
+
     # --- crash recovery that resumes (R-054) ---------------------------------------------
 
-    async def take_over(self, run: RunRecord, owner: str, lease: timedelta) -> RunRecord | None:
-        """Take a stale run over once: compare-and-set on its fence and expired lease, bump
-        the fence so its old holder's writes match nothing, and hold a fresh lease as
+    async def take_over(self, run: RunRecord, owner: str, lease: timedelta, *,
+                        holder_gone: bool = False) -> RunRecord | None:
+        """Take a stale run over once: compare-and-set on its fence and expired lease (or,
+        ``holder_gone``, on its fence and the dead holder that :meth:`orphaned_runs` found),
+        bump the fence so its old holder's writes match nothing, and hold a fresh lease as
         ``owner`` while the recovery decides whether the run resumes or settles. None when
         another replica (or the live holder's renewal) got there first."""
+        stale = (m.Run.lease_owner == run.lease_owner) if holder_gone and run.lease_owner \
+            else (m.Run.lease_expires_at < database_clock())
         async with self.store.transaction() as tx:
             row = (await tx.session.execute(
                 update(m.Run)
                 .where(m.Run.id == run.id, m.Run.fence == run.fence,
-                       m.Run.status.in_(ACTIVE), m.Run.lease_expires_at < database_clock())
+                       m.Run.status.in_(ACTIVE), stale)
                 .values(fence=m.Run.fence + 1, lease_owner=owner,
                         lease_expires_at=database_clock(lease))
                 .returning(m.Run)

@@ -5,6 +5,7 @@ run meanwhile writes nothing. Plus the journal reading a recovery resumes from."
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -154,3 +155,94 @@ def test_a_committed_answer_and_a_started_synthesis_are_seen() -> None:
         ("answer.committed", {"step": 4, "text": "Final."})))
     assert journal.synthesis_started and journal.answer == "Final."
     assert journal.dangling == ()
+
+
+async def _held_run(store: Store, owner: str) -> tuple[RunLane, RunRecord]:
+    """A run claimed by ``owner`` with a long, live lease."""
+    await store.members.ensure("alice")
+    await store.agents.ensure_system_agent("general", "General", persona="p", mode="chat",
+                                           tool_ceiling=["list_available_agents"])
+    room = await store.conversations.create("alice", "general", "room", False)
+    await store.inputs.accept(room.id, "alice", "hi", kind="message", idempotency_key=None)
+    lane = RunLane(store)
+    run = await lane.claim_next(room.id, owner, timedelta(hours=1))
+    assert run is not None and run.lease_owner == owner
+    return lane, run
+
+
+def _dead_pid() -> int:
+    """A pid of this host that no process has (a child that already exited)."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+@pytest.mark.rule("R-014")
+async def test_a_run_of_a_dead_process_of_this_host_is_taken_over_before_its_lease(
+        store: Store) -> None:
+    """A restarted server does not wait out the lease of the process it replaced."""
+    from kaizen_server_extension.store.runs import this_host
+
+    dead = f"{this_host()}:{_dead_pid()}:deadbeef"
+    lane, run = await _held_run(store, dead)
+    orphans = await lane.orphaned_runs()
+    assert [r.id for r in orphans] == [run.id]
+    taken = await lane.take_over(orphans[0], "taker", timedelta(seconds=30), holder_gone=True)
+    assert taken is not None and taken.fence == run.fence + 1 and taken.lease_owner == "taker"
+    # Once: the next look finds nothing, and a second taker loses the compare-and-set.
+    assert await lane.orphaned_runs() == []
+    assert await lane.take_over(orphans[0], "late", timedelta(seconds=30),
+                                holder_gone=True) is None
+
+
+@pytest.mark.rule("R-014")
+async def test_a_live_holder_is_never_an_orphan(store: Store) -> None:
+    import os
+    import socket
+
+    from kaizen_server_extension.store.runs import this_host
+
+    # This very process; a dead pid under the same host name in another PID namespace (a
+    # container's); another host's process; a holder that claims no liveness.
+    for owner in (f"{this_host()}:{os.getpid()}:cafe0001",
+                  f"{socket.gethostname()}~4026530000~other:{_dead_pid()}:cafe0003",
+                  "another-host:1:cafe0002", "legacy-holder"):
+        lane, run = await _held_run(store, owner)
+        assert run.id not in {r.id for r in await lane.orphaned_runs()}
+        # Nor can a takeover claiming the holder is gone take a live lease that way
+        # from someone it did not find gone (it names the holder it saw).
+        assert await lane.take_over(
+            dataclasses.replace(run, lease_owner="someone-else"), "taker",
+            timedelta(seconds=30), holder_gone=True) is None
+        await lane.settle(run.id, "cancelled", "test", "alice")
+
+
+@pytest.mark.postgres
+async def test_a_live_owner_whose_liveness_lock_is_released_is_an_orphan(
+        store: Store) -> None:
+    """PostgreSQL: a ``…:live`` holder is judged by its session advisory lock, which the
+    database releases the moment the holder's connection ends."""
+    import asyncpg
+
+    from kaizen_server_extension.events.postgres import asyncpg_dsn
+    from kaizen_server_extension.store.runs import LIVE_OWNER_SUFFIX, LIVENESS_LOCK_NAMESPACE
+    from tests.conftest import POSTGRES_URL
+
+    if store.engine.dialect.name != "postgresql":
+        pytest.skip("the liveness lock is PostgreSQL's")
+    owner = "another-host:4242:abcd" + LIVE_OWNER_SUFFIX
+    holder = await asyncpg.connect(asyncpg_dsn(POSTGRES_URL))
+    await holder.execute("SELECT pg_advisory_lock($1, hashtext($2) & 2147483647)",
+                         LIVENESS_LOCK_NAMESPACE, owner)
+    try:
+        lane, run = await _held_run(store, owner)
+        assert await lane.orphaned_runs() == []  # the holder's lock is held: alive
+    finally:
+        await holder.close()  # the holder's process is gone; so is its lock
+    orphans = await lane.orphaned_runs()
+    assert [r.id for r in orphans] == [run.id]
+    taken = await lane.take_over(orphans[0], "taker", timedelta(seconds=30), holder_gone=True)
+    assert taken is not None and taken.fence == run.fence + 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -77,13 +78,17 @@ def server_env(root: Path, database_url: str, schema: str | None,
 def start_server(root: Path, database_url: str, schema: str | None = None, *,
                  extra_env: Mapping[str, str] | None = None,
                  wait: bool = True,
-                 extra_args: Sequence[str] = ()) -> ServerProcess:
+                 extra_args: Sequence[str] = (),
+                 wrapper: Sequence[str] = ()) -> ServerProcess:
+    """A real Jupyter server with Kaizen on ``database_url``, its log in ``root``.
+
+    ``wrapper`` runs the server under another command, e.g. ``own_pid_namespace()``."""
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
     log_path = root / f"server-{port}.log"
     env = server_env(root, database_url, schema, extra_env)
     command = [
-        sys.executable, "-m", "jupyter_server",
+        *wrapper, sys.executable, "-m", "jupyter_server",
         "--no-browser", "--allow-root", f"--port={port}", "--ip=127.0.0.1",
         f"--ServerApp.root_dir={root}",
         f"--IdentityProvider.token={SERVER_TOKEN}",
@@ -123,3 +128,13 @@ def json_of(response: httpx.Response) -> Any:
     assert response.headers.get("content-type", "").startswith("application/json"), (
         response.status_code, response.text[:200])
     return response.json()
+
+
+def own_pid_namespace() -> tuple[str, ...] | None:
+    """A wrapper that starts a server in a PID namespace of its own, as a replica in another
+    container would be (so it is not "this host" to the others, store/runs.py), killed with
+    its wrapper; None when the machine cannot (needs root and util-linux's unshare)."""
+    unshare = shutil.which("unshare")
+    if unshare is None or os.geteuid() != 0:
+        return None
+    return (unshare, "--pid", "--fork", "--mount-proc", "--kill-child=SIGKILL")
