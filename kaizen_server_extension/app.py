@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -21,6 +22,7 @@ from traitlets import Bool, Float, Int, List, Set, Unicode, default
 from kaizen_server_extension.agents import AgentDefinition, AgentRegistrationError, collect_agents
 from kaizen_server_extension.context import KaizenContext
 from kaizen_server_extension.events import EventBus, PostgresLink
+from kaizen_server_extension.run_metrics import default_run_metrics
 from kaizen_server_extension.settings import (
     TRAITS,
     KaizenSettings,
@@ -151,6 +153,7 @@ class KaizenApp(ExtensionApp):
 
     def initialize_settings(self) -> None:
         settings = self._effective_settings()
+        self._configure_kaizen_logs(settings)
         from kaizen_kernel.provisioner import find_bwrap
 
         if settings.KAIZEN_SANDBOX_JAIL == "required" and find_bwrap() is None:
@@ -173,6 +176,7 @@ class KaizenApp(ExtensionApp):
         store = Store(create_engine(database_url, schema=schema))
         bus = EventBus()
         store.add_listener(bus.publish_appended)
+        store.add_listener(default_run_metrics().on_appended)
         ctx = self._wire_runtime(store, bus, settings, plugins)
         if not is_sqlite(database_url):
             ctx.events_link = PostgresLink(bus, database_url, schema)
@@ -184,6 +188,16 @@ class KaizenApp(ExtensionApp):
         from kaizen_server_extension.api import handlers
 
         self.handlers.extend(handlers.routes(library=self.kaizen.library_enabled))
+
+    def _configure_kaizen_logs(self, settings: KaizenSettings) -> None:
+        from kaizen_server_extension import logs
+
+        serverapp = self.serverapp
+        logs.configure(settings.KAIZEN_LOG_FORMAT,
+                       level=serverapp.log.getEffectiveLevel() if serverapp else logging.INFO,
+                       jupyter_log=serverapp.log if serverapp is not None else None,
+                       jupyter_format=getattr(serverapp, "log_format", None),
+                       datefmt=getattr(serverapp, "log_datefmt", None))
 
     def _load_plugins(self, settings: KaizenSettings) -> LoadedPlugins:
         """First-party plugins, the ``kaizen`` entry points and ``KAIZEN_PLUGINS``, through
@@ -350,6 +364,7 @@ class KaizenApp(ExtensionApp):
         # the server already answers requests, and a turn arriving meanwhile starts its
         # kernel on demand instead of being told run_code does not exist.
         self.kaizen.tools.attach_run_code(service)
+        default_run_metrics().attach_run_code(service)
         self._run_code = service
         await service.start()
         # Persistent kernels can be attached to the Jupyter server's kernel manager for a
@@ -364,6 +379,8 @@ class KaizenApp(ExtensionApp):
         if self.kaizen.events_link is not None:
             await self.kaizen.events_link.start()
         await self.kaizen.lanes.start()
+        default_run_metrics().start_sampler(
+            self.kaizen.store, self.kaizen.settings.KAIZEN_METRICS_INTERVAL_SECONDS)
         try:
             await self._start_run_code(serverapp)
         except Exception:
@@ -375,6 +392,7 @@ class KaizenApp(ExtensionApp):
             return  # start-up was refused before anything was opened
         if self._run_code is not None:
             await self._run_code.close()
+        await default_run_metrics().stop_sampler()
         await self.kaizen.lanes.stop()
         if self.kaizen.events_link is not None:
             await self.kaizen.events_link.stop()
