@@ -134,6 +134,16 @@ class KaizenApp(ExtensionApp):
     _gateway: Any = None
     _environment_settings: KaizenSettings | None = None
 
+    def _link_jupyter_server_extension(self, serverapp: Any) -> None:
+        super()._link_jupyter_server_extension(serverapp)
+        # Before the server builds its identity provider: the server-token holder must be one
+        # member, not a new anonymous user per request (identity.py).
+        from kaizen_server_extension.identity import adopt_as_default
+
+        if adopt_as_default(serverapp):
+            self.log.info("Kaizen identity: the server's token and login are the owner "
+                          "member (set ServerApp.identity_provider_class to choose another)")
+
     def _environment(self) -> KaizenSettings:
         """The settings as the environment gives them, read once; a bad one stops start-up."""
         if self._environment_settings is None:
