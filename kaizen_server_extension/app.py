@@ -338,6 +338,7 @@ class KaizenApp(ExtensionApp):
         from kaizen_kernel.remote.client import GatewaySettings
         from kaizen_kernel.service import RunCodeConfig, RunCodeService
         from kaizen_server_extension.host.tool_backend import BridgeBinding
+        from kaizen_server_extension.logs import log_context
         from kaizen_server_extension.protocol.errors import MemberSafeError
 
         settings = self.kaizen.settings
@@ -366,7 +367,10 @@ class KaizenApp(ExtensionApp):
             binding = lease.active.context if lease.active else None
             if not isinstance(binding, BridgeBinding):
                 raise MemberSafeError("No run_code call is in flight.", code="expired")
-            return await binding.dispatch(name, arguments)
+            # A bridge request is a tornado request, outside the run's task: carry its ids.
+            with log_context(conversation_id=binding.bundle.conversation_id,
+                             run_id=binding.bundle.run_id):
+                return await binding.dispatch(name, arguments)
 
         serverapp.web_app.add_handlers(".*$", bridge_handlers(serverapp.base_url,
                                                               service.leases, dispatch))

@@ -132,9 +132,10 @@ async def test_open_runs_are_counted_over_the_database(store: Store) -> None:
                                   idempotency_key=None)
     assert await store.run(open_run_counts(), write=False) == {
         "queued": 2, "running": 0, "awaiting_approval": 0}
-    metrics = RunMetrics(CollectorRegistry())
-    await metrics.sample_open_runs(store)
-    assert metrics.open_runs.labels(status="queued")._value.get() == 2
+    registry = CollectorRegistry()
+    await RunMetrics(registry).sample_open_runs(store)
+    assert registry.get_sample_value("kaizen_runs_open", {"status": "queued"}) == 2
+    assert registry.get_sample_value("kaizen_runs_open", {"status": "running"}) == 0
 
 
 # --- readiness ------------------------------------------------------------------------------
@@ -230,12 +231,24 @@ def test_a_real_server_probes_meters_and_logs_its_runs(backend: str, tmp_path: P
         _settle(server, "hello")
         # Jupyter's /metrics needs the server's token (ServerApp.authenticate_prometheus).
         assert httpx.get(server.base_url + "metrics", timeout=10).status_code == 403
-        metrics = httpx.get(server.base_url + "metrics", timeout=10,
-                            headers={"Authorization": f"token {SERVER_TOKEN}"}).text
+
+        def scrape() -> str:
+            return httpx.get(server.base_url + "metrics", timeout=10,
+                             headers={"Authorization": f"token {SERVER_TOKEN}"}).text
+
+        # The open-runs gauge is sampled (every second here): wait for a sample taken after
+        # both runs settled rather than racing it.
+        deadline = time.monotonic() + 30
+        while (metrics := scrape()) and (
+                _metric(metrics, "kaizen_runs_open", status="queued") != 0
+                or _metric(metrics, "kaizen_runs_open", status="running") != 0
+                or _metric(metrics, "kaizen_runs_settled_total", status="completed") != 1):
+            assert time.monotonic() < deadline, metrics
+            time.sleep(0.2)
         assert _metric(metrics, "kaizen_runs_settled_total", status="failed") == 1
         assert _metric(metrics, "kaizen_runs_settled_total", status="completed") == 1
         assert _metric(metrics, "kaizen_run_duration_seconds_count", status="completed") == 1
-        assert _metric(metrics, "kaizen_runs_open", status="queued") == 0
+        assert _metric(metrics, "kaizen_runs_open", status="awaiting_approval") == 0
         assert _metric(metrics, "kaizen_run_code_kernels", state="leased") == 0
         assert _metric(metrics, "kaizen_run_code_leases") == 0
         log = server.log()

@@ -42,6 +42,10 @@ TERMINAL = ("completed", "failed", "answer_unavailable", "cancelled")
 PROBE = """
 import json, os
 agents = tools.call("list_available_agents")
+try:
+    tools.call("list_available_agents", {"bogus": 1})  # invalid arguments: a failed result
+except tools.ToolCallError:
+    pass
 print(json.dumps({"ppid": os.getppid(), "agents": sorted(a["name"] for a in agents["agents"])}))
 """
 SCRIPTS = [
@@ -213,6 +217,14 @@ def test_a_turn_crosses_replicas_gateway_and_proxy(topology: Topology) -> None:
     probe = json.loads(json.loads(call["content"])["stdout"])
     assert probe["ppid"] == topology.gateway.process.pid  # the kernel ran on the gateway
     assert probe["agents"] == ["General", "Search"]  # and called back through the bridge
+    # The holder's log: the failed bridge call and the settlement carry the run's ids,
+    # though the bridge call arrived as an HTTP request outside the run's task.
+    lines = [json.loads(line) for line in topology.replicas[holder].log().splitlines()
+             if line.startswith("{")]
+    mine = [line for line in lines if line.get("run_id") == run_id]
+    assert all(line["conversation_id"] == room for line in mine)
+    assert any("call=bridge-" in line["message"] for line in mine), mine
+    assert any(line["message"].startswith("run settled: status=completed") for line in mine)
 
     async def watch() -> list[dict[str, Any]]:
         ws = await connect(topology.proxy, "alice", room, after=0)
