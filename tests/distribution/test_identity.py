@@ -80,6 +80,30 @@ def test_no_token_is_no_member(plain_server: PlainServer) -> None:
         assert wrong.get("kaizen/api/members/me").status_code in (401, 403)
 
 
+def test_a_configured_password_logs_in_as_the_owner(tmp_path: Path) -> None:
+    """Kaizen's provider is Jupyter's password provider underneath: the password form works,
+    and whoever logs in with it is the owner."""
+    from jupyter_server.auth import passwd
+
+    hashed = passwd("a-password-for-the-owner")
+    server = start_plain([*JUPYTER_SERVER, f"--PasswordIdentityProvider.hashed_password={hashed}"],
+                         tmp_path, env=user_env(tmp_path, {"KAIZEN_OWNER_MEMBER": "olivia"}))
+    try:
+        with httpx.Client(base_url=server.base_url, timeout=30) as browser:
+            browser.get("login")
+            xsrf = browser.cookies["_xsrf"]
+            wrong = browser.post("login", data={"password": "not-it", "_xsrf": xsrf})
+            assert browser.get("kaizen/api/members/me").status_code in (401, 403), wrong.text
+            login = browser.post("login", data={"password": "a-password-for-the-owner",
+                                                "_xsrf": xsrf})
+            assert login.status_code in (200, 302), login.text
+            me = browser.get("kaizen/api/members/me")
+            assert me.status_code == 200, me.text
+            assert me.json()["member"] == "olivia"
+    finally:
+        server.stop()
+
+
 def test_an_identity_provider_the_operator_chose_stays(tmp_path: Path) -> None:
     """Naming Jupyter's own provider explicitly keeps its behaviour: Kaizen stands down."""
     server = start_plain([*JUPYTER_SERVER, "--ServerApp.identity_provider_class="
