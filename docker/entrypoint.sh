@@ -8,12 +8,11 @@ set -eu
 if [ "${1:-}" = secrets ]; then
   dir=${2:?usage: kaizen-entrypoint secrets DIR}
   umask 022  # read by the postgres (uid 999) and kaizen (uid 1000) containers only
-  for name in jupyter_token gateway_token postgres_password; do
-    [ -s "$dir/$name" ] || python -c "import secrets; print(secrets.token_urlsafe(32))" \
-      >"$dir/$name"
+  # No trailing newline: Jupyter reads JUPYTER_TOKEN_FILE verbatim.
+  for name in jupyter_token gateway_token postgres_password cookie_secret; do
+    [ -s "$dir/$name" ] || python -c \
+      "import secrets, sys; sys.stdout.write(secrets.token_urlsafe(32))" >"$dir/$name"
   done
-  [ -s "$dir/cookie_secret" ] || python -c "import secrets; print(secrets.token_hex(32))" \
-    >"$dir/cookie_secret"
   # host:port:database:user:password, for every Kaizen replica's asyncpg connections.
   printf '*:*:*:kaizen:%s\n' "$(cat "$dir/postgres_password")" >"$dir/pgpass"
   chmod 0600 "$dir/pgpass" && chown 1000:1000 "$dir/pgpass" 2>/dev/null || true
