@@ -175,6 +175,12 @@ def test_the_services_name_each_other_consistently(compose: dict[str, Any]) -> N
     assert upstreams == [f"{name}:8888" for name in replicas]
     assert proxy["ports"] == ["${KAIZEN_PORT:-8080}:8080"]
     assert proxy["environment"]["KAIZEN_PROXY_PORT"] == "8080"
+    # The image's ENTRYPOINT runs commands through docker/entrypoint.sh, whose own
+    # subcommand makes the secrets the other services read.
+    assert services["secrets"]["command"] == ["secrets", "/run/kaizen-secrets"]
+    assert '"${1:-}" = secrets' in (DOCKER / "entrypoint.sh").read_text()
+    for name in (*replicas, "kernels", "postgres"):
+        assert "secrets" in services[name]["depends_on"], name
     # Both replicas sign login cookies with one secret: the proxy has no sticky sessions.
     assert all("--ServerApp.cookie_secret_file=/run/kaizen-secrets/cookie_secret"
                in services[name]["command"] for name in replicas)
