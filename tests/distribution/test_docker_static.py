@@ -26,7 +26,7 @@ import yaml
 from dockerfile_parse import DockerfileParser
 
 from kaizen_server_extension.api.handlers import routes
-from kaizen_server_extension.settings import RuntimeSettings
+from kaizen_server_extension.settings import KaizenSettings
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"
@@ -108,8 +108,8 @@ def test_the_compose_file_matches_the_compose_spec() -> None:
 
 def _read_by_kaizen() -> set[str]:
     """Names Kaizen's code reads: the settings model's fields, and every KAIZEN_* literal."""
-    names = set(RuntimeSettings.model_fields)
-    for package in ("kaizen_server_extension", "kaizen_kernel", "plugins"):
+    names = set(KaizenSettings.model_fields)
+    for package in ("kaizen_server_extension", "kaizen_kernel", "kaizen_hashline", "plugins"):
         for path in (REPO / package).rglob("*.py"):
             names.update(re.findall(r"\"(KAIZEN_[A-Z0-9_]+)\"", path.read_text()))
     return names
