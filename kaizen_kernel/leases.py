@@ -213,3 +213,10 @@ class LeaseManager:
 
     def __len__(self) -> int:
         return len(self._leases)
+
+    def kernel_count(self) -> int:
+        """Kernels held by live leases: persistent ones, plus an ephemeral one mid-call
+        (the ``kaizen_run_code_kernels`` gauge)."""
+        return sum(len(lease.persistent) + (lease.current is not None
+                                            and lease.current not in lease.persistent.values())
+                   for lease in self._leases.values())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -21,6 +22,7 @@ from traitlets import Bool, Float, Int, List, Set, Unicode, default
 from kaizen_server_extension.agents import AgentDefinition, AgentRegistrationError, collect_agents
 from kaizen_server_extension.context import KaizenContext
 from kaizen_server_extension.events import EventBus, PostgresLink
+from kaizen_server_extension.run_metrics import default_run_metrics
 from kaizen_server_extension.settings import (
     TRAITS,
     KaizenSettings,
@@ -132,6 +134,16 @@ class KaizenApp(ExtensionApp):
     _gateway: Any = None
     _environment_settings: KaizenSettings | None = None
 
+    def _link_jupyter_server_extension(self, serverapp: Any) -> None:
+        super()._link_jupyter_server_extension(serverapp)
+        # Before the server builds its identity provider: the server-token holder must be one
+        # member, not a new anonymous user per request (identity.py).
+        from kaizen_server_extension.identity import adopt_as_default
+
+        if adopt_as_default(serverapp):
+            self.log.info("Kaizen identity: the server's token and login are the owner "
+                          "member (set ServerApp.identity_provider_class to choose another)")
+
     def _environment(self) -> KaizenSettings:
         """The settings as the environment gives them, read once; a bad one stops start-up."""
         if self._environment_settings is None:
@@ -151,6 +163,7 @@ class KaizenApp(ExtensionApp):
 
     def initialize_settings(self) -> None:
         settings = self._effective_settings()
+        self._configure_kaizen_logs(settings)
         from kaizen_kernel.provisioner import find_bwrap
 
         if settings.KAIZEN_SANDBOX_JAIL == "required" and find_bwrap() is None:
@@ -173,6 +186,7 @@ class KaizenApp(ExtensionApp):
         store = Store(create_engine(database_url, schema=schema))
         bus = EventBus()
         store.add_listener(bus.publish_appended)
+        store.add_listener(default_run_metrics().on_appended)
         events_link = None if is_sqlite(database_url) else \
             PostgresLink(bus, database_url, schema)
         ctx = self._wire_runtime(store, bus, settings, plugins, events_link)
@@ -185,6 +199,16 @@ class KaizenApp(ExtensionApp):
         from kaizen_server_extension.api import handlers
 
         self.handlers.extend(handlers.routes(library=self.kaizen.library_enabled))
+
+    def _configure_kaizen_logs(self, settings: KaizenSettings) -> None:
+        from kaizen_server_extension import logs
+
+        serverapp = self.serverapp
+        logs.configure(settings.KAIZEN_LOG_FORMAT,
+                       level=serverapp.log.getEffectiveLevel() if serverapp else logging.INFO,
+                       jupyter_log=serverapp.log if serverapp is not None else None,
+                       jupyter_format=getattr(serverapp, "log_format", None),
+                       datefmt=getattr(serverapp, "log_datefmt", None))
 
     def _load_plugins(self, settings: KaizenSettings) -> LoadedPlugins:
         """First-party plugins, the ``kaizen`` entry points and ``KAIZEN_PLUGINS``, through
@@ -319,6 +343,7 @@ class KaizenApp(ExtensionApp):
         from kaizen_kernel.remote.client import GatewaySettings
         from kaizen_kernel.service import RunCodeConfig, RunCodeService
         from kaizen_server_extension.host.tool_backend import BridgeBinding
+        from kaizen_server_extension.logs import log_context
         from kaizen_server_extension.protocol.errors import MemberSafeError
 
         settings = self.kaizen.settings
@@ -347,7 +372,10 @@ class KaizenApp(ExtensionApp):
             binding = lease.active.context if lease.active else None
             if not isinstance(binding, BridgeBinding):
                 raise MemberSafeError("No run_code call is in flight.", code="expired")
-            return await binding.dispatch(name, arguments)
+            # A bridge request is a tornado request, outside the run's task: carry its ids.
+            with log_context(conversation_id=binding.bundle.conversation_id,
+                             run_id=binding.bundle.run_id):
+                return await binding.dispatch(name, arguments)
 
         serverapp.web_app.add_handlers(".*$", bridge_handlers(serverapp.base_url,
                                                               service.leases, dispatch))
@@ -355,6 +383,7 @@ class KaizenApp(ExtensionApp):
         # the server already answers requests, and a turn arriving meanwhile starts its
         # kernel on demand instead of being told run_code does not exist.
         self.kaizen.tools.attach_run_code(service)
+        default_run_metrics().attach_run_code(service)
         self._run_code = service
         await service.start()
         # Persistent kernels can be attached to the Jupyter server's kernel manager for a
@@ -369,6 +398,8 @@ class KaizenApp(ExtensionApp):
         if self.kaizen.events_link is not None:
             await self.kaizen.events_link.start()
         await self.kaizen.lanes.start()
+        default_run_metrics().start_sampler(
+            self.kaizen.store, self.kaizen.settings.KAIZEN_METRICS_INTERVAL_SECONDS)
         try:
             await self._start_run_code(serverapp)
         except Exception:
@@ -380,6 +411,7 @@ class KaizenApp(ExtensionApp):
             return  # start-up was refused before anything was opened
         if self._run_code is not None:
             await self._run_code.close()
+        await default_run_metrics().stop_sampler()
         await self.kaizen.lanes.stop()
         if self.kaizen.events_link is not None:
             await self.kaizen.events_link.stop()

@@ -1,10 +1,15 @@
-"""A token → member identity provider for tests and small teams.
+"""Who the caller is: Kaizen's token → member identity provider, and when it applies.
 
 Each member gets a token of their own; a request carrying ``Authorization: token <t>`` (or
 ``?token=``) is that member. Anything else falls through to the Jupyter server's own
-identity (its token and login cookie), so the person who started the server keeps working.
-Tokens come from ``c.KaizenTokenIdentityProvider.member_tokens`` or, when unset, from the
-``KAIZEN_MEMBER_TOKENS`` environment variable (JSON object ``{"token": "member"}``).
+identity (its token, password and login cookie), and whoever holds those is one stable member,
+the *owner*. Tokens come from ``c.KaizenTokenIdentityProvider.member_tokens`` or, when unset,
+from the ``KAIZEN_MEMBER_TOKENS`` environment variable (JSON object ``{"token": "member"}``).
+
+Jupyter's default provider names a token holder "Anonymous <moon>", a new one per request
+without a cookie, so a REST client would be a different member on every call.
+:func:`adopt_as_default` therefore makes this provider the server's when the operator chose
+none; any provider the operator or JupyterHub chose stays authoritative.
 """
 
 from __future__ import annotations
@@ -13,17 +18,24 @@ import getpass
 import hmac
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
-from jupyter_server.auth.identity import IdentityProvider, User
+from jupyter_server.auth.identity import PasswordIdentityProvider, User
+from jupyter_server.auth.login import LoginHandler
 from tornado import web
 from traitlets import Dict, Unicode, default, validate
 
 ENV_TOKENS = "KAIZEN_MEMBER_TOKENS"
 MIN_TOKEN_CHARS = 16
+# Set in every single-user server JupyterHub spawns; its own provider then names the user.
+HUB_ENV = ("JUPYTERHUB_SERVICE_URL", "JUPYTERHUB_API_TOKEN")
 
 
-class KaizenTokenIdentityProvider(IdentityProvider):
+class KaizenTokenIdentityProvider(PasswordIdentityProvider):
+    """Jupyter's default provider (token, optional password, login cookie) plus member tokens,
+    with the server's own token holder as the owner instead of a random anonymous user."""
+
     member_tokens = Dict(
         key_trait=None,
         value_trait=None,
@@ -80,3 +92,25 @@ class KaizenTokenIdentityProvider(IdentityProvider):
         # random "Anonymous" identity per browser, so conversations survive a new session.
         name = self.owner_member
         return User(username=name, name=name, display_name=name)
+
+
+def adopt_as_default(serverapp: Any, environ: Mapping[str, str] | None = None) -> bool:
+    """Make :class:`KaizenTokenIdentityProvider` the server's identity provider when nobody
+    chose one; return whether it did.
+
+    Called while the extension links, before the server builds its provider. It stands down
+    when ``ServerApp.identity_provider_class`` was configured (a config file or the command
+    line), when the class is no longer Jupyter's default, when a legacy login handler is
+    configured, and inside a JupyterHub single-user server (its extension sets the Hub's
+    provider, possibly after this one links)."""
+    env = os.environ if environ is None else environ
+    if any(env.get(name) for name in HUB_ENV):
+        return False
+    if "identity_provider_class" in serverapp.config.get("ServerApp", {}):
+        return False
+    if serverapp.identity_provider_class is not PasswordIdentityProvider:
+        return False
+    if serverapp.login_handler_class is not LoginHandler:
+        return False
+    serverapp.identity_provider_class = KaizenTokenIdentityProvider
+    return True

@@ -125,6 +125,12 @@ class KaizenSettings(BaseModel):
     #: Outer deadline of one package tool call; the shared 240 s ceiling bounds it (R-265).
     KAIZEN_PACKAGE_TOOL_DEADLINE_SECONDS: Annotated[float, Field(ge=1, le=240)] = 30.0
 
+    # --- operators (docs/deploy.md) --------------------------------------------------------
+    #: Kaizen's log lines as Jupyter's text, or one JSON object per line.
+    KAIZEN_LOG_FORMAT: Literal["text", "json"] = "text"
+    #: Seconds between two reads of the open runs for /metrics.
+    KAIZEN_METRICS_INTERVAL_SECONDS: Annotated[float, Field(ge=1, le=3600)] = 15.0
+
     # --- run_code kernels ------------------------------------------------------------------
     KAIZEN_KERNEL_CONSOLE: bool = True
     KAIZEN_KERNEL_IDLE_SECONDS: Annotated[float, Field(ge=1, le=7 * 24 * 3600)] = 900.0

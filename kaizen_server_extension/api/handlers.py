@@ -11,6 +11,7 @@ from kaizen_server_extension.api import schemas
 from kaizen_server_extension.api.admin import admin_routes
 from kaizen_server_extension.api.artifacts import artifact_routes
 from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.api.health import health_routes
 from kaizen_server_extension.api.kernel_console import kernel_console_routes
 from kaizen_server_extension.api.library import library_routes
 from kaizen_server_extension.api.notifications import (
@@ -246,6 +247,8 @@ def routes(*, library: bool = True) -> list[tuple[str, type[web.RequestHandler]]
     so with it off those paths are unknown to the server, not refused by it (R-140)."""
     return [
         (rf"{PREFIX}/openapi\.json", OpenAPIHandler),
+        # Unauthenticated probes: liveness, and readiness (store reachable, schema at head).
+        *health_routes(PREFIX),
         (rf"{PREFIX}/agents", AgentsHandler),
         (rf"{PREFIX}/agents/({AGENT_ID})", AgentHandler),
         (rf"{PREFIX}/conversations", ConversationsHandler),

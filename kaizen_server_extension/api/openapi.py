@@ -442,6 +442,11 @@ def openapi_document(*, library: bool = True) -> dict[str, Any]:
         library_paths, library_components = library_openapi()
         paths.update(library_paths)
         components.update(library_components)
+    from kaizen_server_extension.api.health import health_openapi
+
+    health_paths, health_components = health_openapi()
+    paths.update(health_paths)
+    components.update(health_components)
     from kaizen_server_extension.api.admin import admin_openapi
 
     admin_paths, admin_components = admin_openapi()

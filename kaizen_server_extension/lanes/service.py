@@ -30,6 +30,7 @@ from kaizen_server_extension.lanes.artifact_stream import UPDATE_TOOL, checkpoin
 from kaizen_server_extension.lanes.context import build_context, roster_for
 from kaizen_server_extension.lanes.inbox import CompletionInbox, PresenceRegistry
 from kaizen_server_extension.lanes.resume import RECOVERY_EVENTS, RunJournal
+from kaizen_server_extension.logs import log_context
 from kaizen_server_extension.policy.synthesis import SYNTHESIS
 from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.protocol.model import (
@@ -188,9 +189,10 @@ class LaneService:
         task = self._draining.get(conversation_id)
         if task is not None and not task.done():
             return
-        self._draining[conversation_id] = asyncio.create_task(
-            self._drain(conversation_id), name=f"kaizen-lane-{conversation_id}"
-        )
+        with log_context(conversation_id=conversation_id):
+            self._draining[conversation_id] = asyncio.create_task(
+                self._drain(conversation_id), name=f"kaizen-lane-{conversation_id}"
+            )
 
     async def _drain(self, conversation_id: str) -> None:
         try:
@@ -209,7 +211,9 @@ class LaneService:
         terminal here, holding its lease meanwhile."""
         cancelled = asyncio.Event()
         work = self._resume_and_run if recovered else self._admit_and_run
-        task = asyncio.create_task(work(run, cancelled), name=f"kaizen-run-{run.id}")
+        # The run's task (and every task it starts) logs with the run's ids.
+        with log_context(conversation_id=run.conversation_id, run_id=run.id):
+            task = asyncio.create_task(work(run, cancelled), name=f"kaizen-run-{run.id}")
         self._runs[run.id] = (task, cancelled)
         keeper = asyncio.create_task(self._keep_lease(run, task, cancelled),
                                      name=f"kaizen-lease-{run.id}")

@@ -9,7 +9,7 @@
 // yarn.js shipped inside the Python package, whose environment's bin/ holds the CLI),
 // then on PATH.
 import { spawnSync } from 'node:child_process';
-import { accessSync, constants, readFileSync } from 'node:fs';
+import { accessSync, constants, copyFileSync, existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import process from 'node:process';
 
@@ -109,4 +109,20 @@ if (result.error) {
   console.error(result.error.message);
   process.exit(1);
 }
+if (result.status === 0 && commandArgs[0] === 'build') {
+  copyInstallJson(commandArgs[commandArgs.length - 1]);
+}
 process.exit(result.status ?? 1);
+
+// The built panel carries install.json, which tells `jupyter labextension list` (and its
+// uninstall hint) which Python package ships it. The builder does not copy it; a separate
+// wheel shared-data entry for it would be written by an editable install through
+// `jupyter labextension develop`'s symlink into this very directory, and then packed twice.
+function copyInstallJson(extensionDir) {
+  const source = path.join(extensionDir, 'install.json');
+  const pkg = JSON.parse(readFileSync(path.join(extensionDir, 'package.json'), 'utf8'));
+  const outputDir = pkg.jupyterlab?.outputDir;
+  if (outputDir && existsSync(source)) {
+    copyFileSync(source, path.join(extensionDir, outputDir, 'install.json'));
+  }
+}
