@@ -197,6 +197,15 @@ class PipelineToolBackend:
         """Make the kernel service reachable from the run_code tool (set at server start)."""
         self._run_code = service
 
+    def attach_notebooks(self, service: Any) -> None:
+        """The member's notebooks and their kernels, for the notebook tools and REST routes
+        (``notebooks/service.py``; set at server start, when the server's managers exist)."""
+        self._services["notebooks"] = service
+
+    @property
+    def notebooks(self) -> Any:
+        return self._services.get("notebooks")
+
     def catalog(self, *, agent: AgentRecord, conversation: ConversationRecord, member: str,
                 request_text: str = "") -> FrozenCatalog:
         return freeze_catalog(
