@@ -186,8 +186,8 @@ def notebook_routes(prefix: str, conversation_id: str) -> list[
         (rf"{conversation}/notebook-kernel-access", KernelAccessHandler),
         (rf"{conversation}/uploads", UploadHandler),
         (proposal, ProposalHandler),
-        (rf"{proposal}/cells/([^/]{{1,4}})/decision", CellDecisionHandler),
-        (rf"{proposal}/cells/([^/]{{1,4}})/result", CellResultHandler),
+        (rf"{proposal}/cells/([^/]{{1,12}})/decision", CellDecisionHandler),
+        (rf"{proposal}/cells/([^/]{{1,12}})/result", CellResultHandler),
     ]
 
 

@@ -77,8 +77,9 @@ async def run_probe(client: Any, limits: ProbeLimits, *, timeout_s: float) -> di
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise ProbeFailed("The notebook's kernel did not answer in time (it may have "
-                              "started running a cell).", code="kernel_busy")
+            raise ProbeFailed("The notebook's kernel is busy: it did not answer the "
+                              "inspection in time. Ask again when it is idle.",
+                              code="kernel_busy")
         try:
             reply = await client.get_shell_msg(timeout=remaining)
         except TimeoutError:
