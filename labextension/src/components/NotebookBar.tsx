@@ -46,7 +46,7 @@ export function NotebookBar({
     <div className="jp-Kaizen-notebookBar">
       {paths.map(path => (
         <span key={path} className="jp-Kaizen-chip" title={`Attached to each message: ${path}`}>
-          📓 {path.split('/').pop()}
+          {path.split('/').pop()}
           <button
             type="button"
             className="jp-Kaizen-iconButton"
