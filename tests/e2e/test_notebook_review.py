@@ -32,7 +32,8 @@ SCRIPTS = [
 
 
 @pytest.mark.timeout(300)
-def test_accept_reject_and_undo_a_proposal_in_the_browser(node: str, tmp_path: Path) -> None:
+def test_accept_reject_and_undo_a_proposal_in_the_browser(node: str,  # noqa: F811
+                                                          tmp_path: Path) -> None:
     root = tmp_path / "server"
     settings = root / "config" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
