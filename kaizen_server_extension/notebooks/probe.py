@@ -140,7 +140,8 @@ RESULT_BUDGET = 14_000
 
 def fit(result: dict[str, Any], budget: int = RESULT_BUDGET) -> dict[str, Any]:
     """Shrink a probe answer until its JSON fits ``budget``: fewer head rows, then no heads,
-    then fewer columns, then later variables named only (``omitted``). Says what it dropped
+    then fewer columns, then columns counted only, then later variables named only
+    (``omitted``). Says what it dropped
     so the model can ask for the names it needs (``names``)."""
 
     def size(value: dict[str, Any]) -> int:
@@ -152,7 +153,8 @@ def fit(result: dict[str, Any], budget: int = RESULT_BUDGET) -> dict[str, Any]:
     steps = (("head rows cut to 2", lambda v: {**v, "head": v["head"][:2]} if "head" in v
               else v),
              ("head rows left out", lambda v: {k: x for k, x in v.items() if k != "head"}),
-             ("columns cut to 10", _fewer_columns))
+             ("columns cut to 10", _fewer_columns),
+             ("columns counted only", _no_columns))
     dropped: list[str] = []
     for label, step in steps:
         variables = [step(v) for v in variables]
@@ -161,10 +163,14 @@ def fit(result: dict[str, Any], budget: int = RESULT_BUDGET) -> dict[str, Any]:
         if size(shrunk) <= budget:
             return shrunk
     omitted: list[str] = []
-    while variables and size({**result, "variables": variables, "omitted": omitted}) > budget:
+
+    def final() -> dict[str, Any]:
+        return {**result, "variables": variables, "shortened": dropped, "omitted": omitted,
+                "truncated": True}
+
+    while variables and size(final()) > budget:
         omitted.insert(0, str(variables.pop().get("name", "")))
-    return {**result, "variables": variables, "shortened": dropped, "omitted": omitted,
-            "truncated": True}
+    return final()
 
 
 def _fewer_columns(entry: dict[str, Any]) -> dict[str, Any]:
@@ -173,3 +179,11 @@ def _fewer_columns(entry: dict[str, Any]) -> dict[str, Any]:
         return entry
     extra = int(entry.get("more_columns", 0)) + len(columns) - 10
     return {**entry, "columns": columns[:10], "more_columns": extra}
+
+
+def _no_columns(entry: dict[str, Any]) -> dict[str, Any]:
+    columns = entry.get("columns")
+    if not isinstance(columns, list):
+        return entry
+    kept = {k: v for k, v in entry.items() if k not in ("columns", "more_columns")}
+    return {**kept, "column_count": len(columns) + int(entry.get("more_columns", 0))}

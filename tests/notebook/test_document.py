@@ -72,8 +72,12 @@ def test_a_large_probe_answer_is_shrunk_to_its_budget_and_says_what_it_left_out(
              "head": [{f"col{i}": 1.5 for i in range(60)} for _ in range(5)]}
     result = {"variables": [{**frame, "name": f"df{n}"} for n in range(50)], "modules": [],
               "callables": [], "truncated": False}
-    fitted = fit(result, 14_000)
-    assert len(json.dumps(fitted)) <= 14_000
+    counted = fit(result, 14_000)
+    assert len(json.dumps(counted)) <= 14_000 and "omitted" not in counted
+    assert counted["shortened"][-1] == "columns counted only"
+    assert counted["variables"][0]["column_count"] == 60
+    fitted = fit(result, 3_000)
+    assert len(json.dumps(fitted)) <= 3_000
     assert fitted["truncated"] is True and fitted["omitted"]
     assert "head rows left out" in fitted["shortened"]
     kept = [v["name"] for v in fitted["variables"]]
