@@ -77,6 +77,13 @@ def notebook_kernel(server: ServerProcess, root: Path, path: str) -> Iterator[
         client.start_channels()
         try:
             client.wait_for_ready(timeout=60)
+            # The server learns "idle" from a status it sees on iopub; a kernel_info reply
+            # can come before its subscription is live (ZMQ's slow joiner), so run a cell.
+            deadline = time.monotonic() + 60
+            while api.get(f"kernels/{kernel_id}").json().get("execution_state") != "idle":
+                assert time.monotonic() < deadline, "the server never saw the kernel idle"
+                client.execute("pass", store_history=False, reply=True, timeout=30)
+                time.sleep(0.1)
             yield kernel_id, client
         finally:
             client.stop_channels()
