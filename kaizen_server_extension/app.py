@@ -265,7 +265,8 @@ class KaizenApp(ExtensionApp):
             config=LaneConfig(budgets=settings.budgets(),
                               correction_rules=settings.correction_rules(),
                               default_model=model,
-                              daily_tokens=settings.LLM_PER_USER_DAILY_TOKENS),
+                              daily_tokens=settings.LLM_PER_USER_DAILY_TOKENS,
+                              notebook_context_chars=settings.KAIZEN_NOTEBOOK_CONTEXT_CHARS),
             publish_live=bus.publish_run_live,
             lease=settings.run_lease(),
             # On PostgreSQL the events link's connection also holds this process's liveness,
@@ -397,6 +398,13 @@ class KaizenApp(ExtensionApp):
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         if self.kaizen.events_link is not None:
             await self.kaizen.events_link.start()
+        # The member's notebooks and their kernels, through the server's own managers.
+        from kaizen_server_extension.notebooks.service import NotebookService
+
+        self.kaizen.tools.attach_notebooks(NotebookService(
+            self.kaizen.store, contents_manager=serverapp.contents_manager,
+            session_manager=serverapp.session_manager,
+            kernel_manager=serverapp.kernel_manager))
         await self.kaizen.lanes.start()
         default_run_metrics().start_sampler(
             self.kaizen.store, self.kaizen.settings.KAIZEN_METRICS_INTERVAL_SECONDS)

@@ -146,6 +146,11 @@ class KaizenSettings(BaseModel):
     KAIZEN_GATEWAY_TRANSFER_MAX_TOTAL_BYTES: PositiveCount = 64 * 1024 * 1024
     KAIZEN_GATEWAY_TRANSFER_MAX_FILES: PositiveCount = 2000
 
+    # --- the member's notebooks (docs/notebook.md) -------------------------------------------
+    #: Characters of an attached notebook put into the turn's prompt (about 4 a token); the
+    #: rest is one read_notebook call away.
+    KAIZEN_NOTEBOOK_CONTEXT_CHARS: Annotated[int, Field(ge=1000, le=400_000)] = 16_000
+
     @field_validator("AGENT_STREAM_CORRECTION_RULES", mode="before")
     @classmethod
     def _parse_rules_json(cls, value: Any) -> Any:

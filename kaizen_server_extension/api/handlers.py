@@ -14,6 +14,7 @@ from kaizen_server_extension.api.base import KaizenHandler
 from kaizen_server_extension.api.health import health_routes
 from kaizen_server_extension.api.kernel_console import kernel_console_routes
 from kaizen_server_extension.api.library import library_routes
+from kaizen_server_extension.api.notebooks import notebook_routes
 from kaizen_server_extension.api.notifications import (
     AttendedEventsHandler,
     NotificationAckHandler,
@@ -273,6 +274,8 @@ def routes(*, library: bool = True) -> list[tuple[str, type[web.RequestHandler]]
         *(library_routes(PREFIX) if library else ()),
         # The caller's own persistent run_code kernel, and opening it as a console.
         *kernel_console_routes(PREFIX, ID),
+        # The member's notebooks: attach, kernel access, reviewed cell edits, data uploads.
+        *notebook_routes(PREFIX, ID),
         # Admin only (404 to everyone else): the tool policies read on every tool call.
         *admin_routes(PREFIX),
     ]

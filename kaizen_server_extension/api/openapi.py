@@ -436,6 +436,11 @@ def openapi_document(*, library: bool = True) -> dict[str, Any]:
     kernel_paths, kernel_components = kernel_console_openapi()
     paths.update(kernel_paths)
     components.update(kernel_components)
+    from kaizen_server_extension.api.notebooks import notebook_openapi
+
+    notebook_paths, notebook_components = notebook_openapi()
+    paths.update(notebook_paths)
+    components.update(notebook_components)
     if library:
         from kaizen_server_extension.api.library import library_openapi
 

@@ -190,6 +190,7 @@ class PipelineToolBackend:
         # Hashline snapshots and registers (R-159).
         self._workspace_store = StoredWorkspaceState(store)
         self._run_code: Any = None
+        self._notebooks: Any = None
         capability_of = {d.name: d.capability.value for d in registry.descriptors()}
         self.approvals = StoreApprovals(store, capability_of)
         self._resources = StoreResourceAuthorization(store)
@@ -202,6 +203,15 @@ class PipelineToolBackend:
     def attach_run_code(self, service: Any) -> None:
         """Make the kernel service reachable from the run_code tool (set at server start)."""
         self._run_code = service
+
+    def attach_notebooks(self, service: Any) -> None:
+        """The member's notebooks and their kernels, for the notebook tools and REST routes
+        (``notebooks/service.py``; set at server start, when the server's managers exist)."""
+        self._notebooks = service
+
+    @property
+    def notebooks(self) -> Any:
+        return self._notebooks
 
     def catalog(self, *, agent: AgentRecord, conversation: ConversationRecord, member: str,
                 request_text: str = "") -> FrozenCatalog:
@@ -298,7 +308,8 @@ class PipelineToolBackend:
             if d.capability is Capability.READ and name != "run_code"})
         services = ToolServices(
             artifacts=self._artifacts, agents=self._agents, run_code=self._run_code,
-            bridge=bridge, workspace_store=self._workspace_store, catalog=catalog,
+            bridge=bridge, workspace_store=self._workspace_store, notebooks=self._notebooks,
+            catalog=catalog,
             callable_tools=callable_now,
             # The turn's admitted files (run_code projects exactly these, R-454).
             resources=tools.resources,

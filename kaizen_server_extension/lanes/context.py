@@ -93,9 +93,12 @@ def build_context(
     current_input_id: str,
     shared: bool,
     roster: str | None = None,
+    attachments: str | None = None,
 ) -> tuple[ChatMessage, ...]:
     """The system prompt (persona, the shared grounding rules, this conversation's artifact
-    roster when there is one), earlier answered exchanges, then the input this run answers."""
+    roster when there is one), earlier answered exchanges, then the input this run answers,
+    followed by the rendering of its attached files when there is one (attached notebooks:
+    notebooks/context.py)."""
     answered = {e.run_id for e in history if e.type == "answer.committed"}
     messages: list[ChatMessage] = []
     current: ChatMessage | None = None
@@ -106,6 +109,8 @@ def build_context(
             content = f"[{event.actor}] {text}" if shared else text
             message = ChatMessage(role="user", content=content)
             if event.data.get("input_id") == current_input_id:
+                if attachments:
+                    message = ChatMessage(role="user", content=f"{content}\n\n{attachments}")
                 current = message
             elif event.run_id in answered:
                 messages.append(message)

@@ -31,6 +31,8 @@ from kaizen_server_extension.lanes.context import build_context, roster_for
 from kaizen_server_extension.lanes.inbox import CompletionInbox, PresenceRegistry
 from kaizen_server_extension.lanes.resume import RECOVERY_EVENTS, RunJournal
 from kaizen_server_extension.logs import log_context
+from kaizen_server_extension.notebooks.context import notebook_context
+from kaizen_server_extension.notebooks.document import DEFAULT_CONTEXT_CHARS
 from kaizen_server_extension.policy.synthesis import SYNTHESIS
 from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.protocol.model import (
@@ -103,6 +105,7 @@ class LaneConfig:
     correction_rules: tuple[CorrectionRule, ...]
     default_model: str
     daily_tokens: int = 0  # LLM_PER_USER_DAILY_TOKENS; 0 = unlimited
+    notebook_context_chars: int = DEFAULT_CONTEXT_CHARS  # KAIZEN_NOTEBOOK_CONTEXT_CHARS
 
 
 class LaneService:
@@ -314,10 +317,14 @@ class LaneService:
         history = await self.store.journal.exchanges(run.conversation_id)
         roster = await roster_for(self.store, run.member, run.conversation_id,
                                   tools.advertised)
+        # Attached notebooks, at their pinned versions, as the model reads them.
+        attached = await notebook_context(self.store, run.member, run.conversation_id,
+                                          tools.resources, self._config.notebook_context_chars)
         return RunManifest(
             bundle=bundle,
             context=build_context(agent.persona, history, current_input_id=run.input_id,
-                                  shared=conversation.shared, roster=roster),
+                                  shared=conversation.shared, roster=roster,
+                                  attachments=attached),
             catalog=tools.advertised,
             catalog_digest=tools.digest,
             budgets=self._config.budgets,

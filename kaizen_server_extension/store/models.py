@@ -648,3 +648,92 @@ class HashlineRegister(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     ordinal: Mapped[int] = mapped_column(Integer)
     rows: Mapped[list[Any]] = mapped_column()
+
+
+# --- notebooks (kaizen_server_extension/notebooks, docs/notebook.md) ---------------------
+
+NOTEBOOK_EDIT_OPS = ("insert", "replace", "delete")
+NOTEBOOK_CELL_TYPES = ("code", "markdown", "raw")
+NOTEBOOK_EDIT_DECISIONS = ("pending", "accepted", "rejected")
+NOTEBOOK_EDIT_OUTCOMES = ("applied", "stale", "failed", "undone")
+#: Cells one proposal may change.
+MAX_NOTEBOOK_EDIT_CELLS = 16
+
+
+class NotebookKernelAccess(Base):
+    """A member's permission, for one conversation, to let inspect_notebook_kernel run its
+    fixed probe in the kernels of notebooks they attach there. No row, no probe."""
+
+    __tablename__ = "notebook_kernel_access"
+
+    member: Mapped[str] = mapped_column(ForeignKey("members.id"), primary_key=True)
+    conversation_id: Mapped[str] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True)
+    granted_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class NotebookEditProposal(Base):
+    """A propose_notebook_edit call's proposal: made by a run for its member, against the
+    exact pinned notebook version (the composite key onto artifact_versions) it read."""
+
+    __tablename__ = "notebook_edit_proposals"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    member: Mapped[str] = mapped_column(ForeignKey("members.id"))
+    conversation_id: Mapped[str] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), index=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    artifact_id: Mapped[str] = mapped_column(String(64))
+    version: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(String(1024))
+    base_fingerprint: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        ForeignKeyConstraint(["artifact_id", "version"],
+                             ["artifact_versions.artifact_id", "artifact_versions.version"],
+                             name="fk_notebook_edit_proposals_artifact_version"),
+        CheckConstraint("length(base_fingerprint) = 64", name="base_fingerprint"),
+        CheckConstraint("length(path) >= 1", name="path"),
+    )
+
+
+class NotebookEditCell(Base):
+    """One cell of a proposal, decided once and then applied, found stale, failed or undone
+    in the member's browser. The database holds the lifecycle's shape: an outcome only for an
+    accepted cell, run-after only for an inserted code cell, sources as the op needs them."""
+
+    __tablename__ = "notebook_edit_cells"
+
+    proposal_id: Mapped[str] = mapped_column(
+        ForeignKey("notebook_edit_proposals.id", ondelete="CASCADE"), primary_key=True)
+    ordinal: Mapped[int] = mapped_column(Integer, primary_key=True)
+    op: Mapped[str] = mapped_column(String(8))
+    cell_id: Mapped[str] = mapped_column(String(64))
+    after_cell_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    cell_type: Mapped[str] = mapped_column(String(8))
+    base_source: Mapped[str | None] = mapped_column(Text, nullable=True)
+    base_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    source: Mapped[str | None] = mapped_column(Text, nullable=True)
+    decision: Mapped[str] = mapped_column(String(8))
+    run_after: Mapped[bool] = mapped_column(Boolean)
+    decided_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    outcome: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    outcome_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+    __table_args__ = (
+        UniqueConstraint("proposal_id", "cell_id", name="uq_notebook_edit_cells_cell"),
+        CheckConstraint(f"ordinal >= 0 AND ordinal < {MAX_NOTEBOOK_EDIT_CELLS}",
+                        name="ordinal"),
+        CheckConstraint(_in("op", NOTEBOOK_EDIT_OPS), name="op"),
+        CheckConstraint(_in("cell_type", NOTEBOOK_CELL_TYPES), name="cell_type"),
+        CheckConstraint(_in("decision", NOTEBOOK_EDIT_DECISIONS), name="decision"),
+        CheckConstraint(f"outcome IS NULL OR ({_in('outcome', NOTEBOOK_EDIT_OUTCOMES)} "
+                        "AND decision = 'accepted')", name="outcome"),
+        CheckConstraint("(op = 'delete') = (source IS NULL)", name="source"),
+        CheckConstraint("(op = 'insert') = (base_digest IS NULL) AND "
+                        "(base_digest IS NULL) = (base_source IS NULL)", name="base"),
+        CheckConstraint("after_cell_id IS NULL OR op = 'insert'", name="anchor"),
+        CheckConstraint("NOT run_after OR (op = 'insert' AND cell_type = 'code' AND "
+                        "decision = 'accepted')", name="run_after"),
+    )

@@ -28,6 +28,8 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "kaizen_plugins.library",
     "kaizen_plugins.workspace",
     "kaizen_plugins.agents",
+    # The member's attached notebook, its kernel (with their permission), reviewed edits.
+    "kaizen_plugins.notebook",
     # The built-in model providers (openai-compatible, local), through the provider hook.
     "kaizen_plugins.providers",
 )
@@ -50,6 +52,9 @@ BUILTIN_TOOLS: Mapping[str, str] = MappingProxyType(
         "inspect_library": "kaizen_plugins.library",
         "manage_library": "kaizen_plugins.library",
         "read_workspace": "kaizen_plugins.workspace", "edit_workspace": "kaizen_plugins.workspace",
+        "read_notebook": "kaizen_plugins.notebook",
+        "inspect_notebook_kernel": "kaizen_plugins.notebook",
+        "propose_notebook_edit": "kaizen_plugins.notebook",
     }
 )
 

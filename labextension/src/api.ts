@@ -346,7 +346,12 @@ export class KaizenApi {
 
   postMessage(
     conversationId: string,
-    body: { text: string; kind: 'message' | 'steering'; idempotency_key: string }
+    body: {
+      text: string;
+      kind: 'message' | 'steering';
+      idempotency_key: string;
+      attachments?: string[];
+    }
   ): Promise<Result<IAccepted>> {
     return this._call(
       'POST',
@@ -533,6 +538,17 @@ export class KaizenApi {
       url += `&token=${encodeURIComponent(this.settings.token)}`;
     }
     return url;
+  }
+
+  /** Any Kaizen route, with the same authentication and member-safe failures. */
+  call<T>(
+    method: string,
+    path: string,
+    body: unknown,
+    action: string,
+    parse: (body: unknown) => T | null
+  ): Promise<Result<T>> {
+    return this._call(method, path, body, action, parse);
   }
 
   private async _call<T>(

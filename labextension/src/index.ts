@@ -13,6 +13,8 @@ import { KaizenApi } from './api';
 import { askMessage, askTitle, cellReference, ICellContext, quotedPart } from './ask';
 import { ICodeActions } from './components/Markdown';
 import { ConsoleLauncher } from './kernelConsole';
+import { registerNotebookCommands } from './notebook/commands';
+import { JupyterNotebookEditor } from './notebook/editor';
 import { KaizenPanel } from './panel';
 import { connectSettings } from './settings';
 
@@ -149,7 +151,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       api,
       rendermime,
       codeActions: codeActions(app, tracker),
-      launchConsole: consoleLauncher(app)
+      launchConsole: consoleLauncher(app),
+      notebookEditor: tracker ? new JupyterNotebookEditor(app, tracker) : null
     });
     panel.id = PANEL_ID;
     panel.title.icon = kaizenIcon;
@@ -212,6 +215,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
       args: { isPalette: true }
     });
     palette?.addItem({ command: CommandIDs.open, category: 'Kaizen' });
+    if (tracker) {
+      registerNotebookCommands({ app, tracker, model: panel.model, icon: kaizenIcon, panelId: PANEL_ID, palette });
+    }
 
     if (restorer) {
       restorer.add(panel, PANEL_ID);

@@ -12,6 +12,7 @@
  * - Tool calls form a per-run timeline: requested → settled with outcome and duration.
  */
 import { mayWriteArtifacts } from './artifacts';
+import { applyNotebookEvent, EMPTY_NOTEBOOK_STATE, INotebookState } from './notebook/edits';
 import { Data, Frame, IJournalEvent, ILiveFrame, isRecord, num, str } from './protocol';
 
 export type RunStatus =
@@ -148,6 +149,8 @@ export interface IConversationState {
    * refreshes when it moves.
    */
   artifactSeq: number;
+  /** Attached notebooks, kernel access and notebook edit proposals (notebook/edits.ts). */
+  notebook: INotebookState;
 }
 
 export function initialState(conversationId: string): IConversationState {
@@ -158,7 +161,8 @@ export function initialState(conversationId: string): IConversationState {
     runOrder: [],
     notes: [],
     announcement: null,
-    artifactSeq: 0
+    artifactSeq: 0,
+    notebook: EMPTY_NOTEBOOK_STATE
   };
 }
 
@@ -404,6 +408,10 @@ function applyDurable(
       };
     }
     default:
+      if (event.type.startsWith('notebook.')) {
+        const notebook = applyNotebookEvent(state.notebook, event);
+        return notebook === state.notebook ? state : { ...state, notebook };
+      }
       return state; // unknown types only advance lastSeq
   }
 }

@@ -15,6 +15,7 @@ import {
 } from './api';
 import { ConversationFeed, FeedStatus, ISocket } from './events';
 import { applyFrames, IConversationState, initialState, isBusy, isTerminal } from './journal';
+import { NotebookAttachments } from './notebook/attachments';
 import { Frame } from './protocol';
 
 type Listener = () => void;
@@ -71,7 +72,11 @@ export class ConversationModel extends Observable<IConversationSnapshot> {
       sending: false
     });
     this._openSocket = openSocket;
+    this.notebooks = new NotebookAttachments(api, conversation.id);
   }
+
+  /** Notebooks attached to every message sent here until removed (re-pinned each time). */
+  readonly notebooks: NotebookAttachments;
 
   /** Start (or resume after `stop()`) the feed from the last applied seq. */
   start(): void {
@@ -121,10 +126,17 @@ export class ConversationModel extends Observable<IConversationSnapshot> {
     const key = last && last.text === text && last.kind === kind ? last.key : newIdempotencyKey();
     const attempt: IAttempt = { text, kind, key };
     this.set({ ...this._value, sending: true, error: null });
+    const pinned = await this.notebooks.pin();
+    if (!pinned.ok) {
+      this._lastFailed = attempt;
+      this.set({ ...this._value, sending: false, error: pinned.message });
+      return false;
+    }
     const result = await this.api.postMessage(this.conversation.id, {
       text,
       kind,
-      idempotency_key: key
+      idempotency_key: key,
+      ...(pinned.value.length ? { attachments: pinned.value } : {})
     });
     if (result.ok) {
       this._lastFailed = null;
@@ -313,7 +325,7 @@ export class PanelModel extends Observable<IPanelSnapshot> {
    * default agent. Returns null when the server accepted it, else a member-safe sentence
    * (also shown in the panel).
    */
-  async ask(text: string, title: string): Promise<string | null> {
+  async ask(text: string, title: string, notebookPath?: string): Promise<string | null> {
     let id = this._value.selectedId;
     if (!id || !this.conversationModel(id)) {
       if (this._value.agents.phase !== 'ready') {
@@ -338,6 +350,9 @@ export class PanelModel extends Observable<IPanelSnapshot> {
     const model = this.conversationModel(id);
     if (!model) {
       return 'Kaizen could not open the conversation.';
+    }
+    if (notebookPath) {
+      model.notebooks.add(notebookPath);
     }
     const ok = await model.send(text, 'message');
     return ok ? null : model.getSnapshot().error;

@@ -11,6 +11,8 @@ import { ConversationList } from './components/ConversationList';
 import { ICodeActions } from './components/Markdown';
 import { ConsoleLauncher } from './kernelConsole';
 import { PanelModel } from './model';
+import { NotebookToolsContext } from './notebook/context';
+import { INotebookEditor } from './notebook/editor';
 
 export interface IKaizenAppProps {
   model: PanelModel;
@@ -84,12 +86,14 @@ export class KaizenPanel extends ReactWidget {
     codeActions: ICodeActions;
     launchConsole?: ConsoleLauncher;
     model?: PanelModel;
+    notebookEditor?: INotebookEditor | null;
   }) {
     super();
     this.model = options.model ?? new PanelModel(options.api);
     this._rendermime = options.rendermime;
     this._codeActions = options.codeActions;
     this._launchConsole = options.launchConsole;
+    this._notebookTools = { api: this.model.api, editor: options.notebookEditor ?? null };
     this.addClass('jp-Kaizen-panel');
   }
 
@@ -97,12 +101,14 @@ export class KaizenPanel extends ReactWidget {
 
   protected render(): JSX.Element {
     return (
-      <KaizenApp
-        model={this.model}
-        rendermime={this._rendermime}
-        codeActions={this._codeActions}
-        launchConsole={this._launchConsole}
-      />
+      <NotebookToolsContext.Provider value={this._notebookTools}>
+        <KaizenApp
+          model={this.model}
+          rendermime={this._rendermime}
+          codeActions={this._codeActions}
+          launchConsole={this._launchConsole}
+        />
+      </NotebookToolsContext.Provider>
     );
   }
 
@@ -117,4 +123,5 @@ export class KaizenPanel extends ReactWidget {
   private readonly _rendermime: IRenderMimeRegistry;
   private readonly _codeActions: ICodeActions;
   private readonly _launchConsole?: ConsoleLauncher;
+  private readonly _notebookTools: { api: KaizenApi; editor: INotebookEditor | null };
 }

@@ -18,7 +18,8 @@ GENERAL = AgentDefinition(
                   "run_code", "read_workspace", "edit_workspace",
                   "create_artifact", "update_artifact", "read_artifact", "edit_artifact",
                   "begin_artifact", "append_artifact", "finalize_artifact",
-                  "discard_artifact", "inspect_library", "manage_library"),
+                  "discard_artifact", "inspect_library", "manage_library",
+                  "read_notebook", "inspect_notebook_kernel", "propose_notebook_edit"),
 )
 
 SEARCH = AgentDefinition(

@@ -32,6 +32,7 @@ BENCHES: dict[str, tuple[list[str], int, set[str]]] = {
         "rooms", "turns", "tool_calls_per_turn", "turns_per_s", "tool_calls_per_s",
         "elapsed_s", "completed", "baseline_turns_per_s", "ratio"}),
     "run_code": (["--n", "5"], 6, COMMON),
+    "notebook": (["--n", "2"], 2, COMMON | PERCENTILES | {"figure", "p50_ms"}),
 }
 
 FIGURE_KEYS: dict[tuple[str, str], set[str]] = {
@@ -40,6 +41,8 @@ FIGURE_KEYS: dict[tuple[str, str], set[str]] = {
                                              "queries_with_matches"},
     ("runtime_overhead", "tool_call"): {"target_p50_us", "meets_target",
                                         "transactions_per_call", "statements_per_call"},
+    ("notebook", "kernel_probe"): {"bytes_raw", "bytes_returned", "frames"},
+    ("notebook", "attach_200_cells"): {"prompt_chars", "prompt_tokens", "notebook_bytes"},
 }
 
 

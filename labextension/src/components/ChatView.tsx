@@ -28,9 +28,11 @@ import {
 import { ArtifactsModel } from '../artifactsModel';
 import { ConsoleLauncher, KernelConsoleModel } from '../kernelConsole';
 import { ConversationModel, IPanelPreferences } from '../model';
+import { INotebookState, IProposalView } from '../notebook/edits';
 import { ArtifactsPane } from './ArtifactsPane';
 import { Composer } from './Composer';
 import { KernelConsoleButton } from './KernelConsoleButton';
+import { NotebookBar } from './NotebookBar';
 import { ICodeActions } from './Markdown';
 import { RunView } from './RunView';
 
@@ -196,6 +198,7 @@ export function ChatView(props: IChatViewProps): JSX.Element {
                 agentName={agentNames}
                 onCancel={onCancel}
                 onDecide={onDecide}
+                proposals={proposalsOf(journal.notebook, entry.run.runId)}
               />
             ) : (
               <p key={entry.key} className="jp-Kaizen-note">
@@ -244,6 +247,13 @@ export function ChatView(props: IChatViewProps): JSX.Element {
           </button>
         </div>
       )}
+      <NotebookBar
+        conversationId={conversation.id}
+        attachments={model.notebooks}
+        attachedHere={journal.notebook.attached}
+        allowedBy={journal.notebook.kernelAccess}
+        me={me}
+      />
       <Composer
         busy={busy}
         sending={sending}
@@ -257,6 +267,23 @@ export function ChatView(props: IChatViewProps): JSX.Element {
     </div>
   );
 }
+
+/** A run's proposals, the same array while they do not change (RunView is memoized). */
+function proposalsOf(state: INotebookState, runId: string): readonly IProposalView[] | undefined {
+  const ids = state.byRun[runId];
+  if (!ids) {
+    return undefined;
+  }
+  let cached = PROPOSALS.get(ids);
+  const current = ids.map(id => state.proposals[id]);
+  if (!cached || cached.some((p, i) => p !== current[i])) {
+    cached = current;
+    PROPOSALS.set(ids, cached);
+  }
+  return cached;
+}
+
+const PROPOSALS = new WeakMap<readonly string[], readonly IProposalView[]>();
 
 interface IEntry {
   seq: number;

@@ -6,9 +6,11 @@ import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import React from 'react';
 
 import { IRunView, isTerminal, runUsage, usageSummary } from '../journal';
+import { IProposalView } from '../notebook/edits';
 import { ApprovalCard } from './ApprovalCard';
 import { Spinner } from './Elapsed';
 import { ICodeActions, Markdown } from './Markdown';
+import { NotebookProposalCard } from './NotebookProposalCard';
 import { ToolTimeline } from './ToolTimeline';
 
 export interface IRunProps {
@@ -20,6 +22,8 @@ export interface IRunProps {
   agentName?: (agentId: string) => string;
   onCancel: (runId: string) => void;
   onDecide: (approvalId: string, decision: 'approve' | 'deny') => Promise<void>;
+  /** This run's notebook edit proposals (journal), shown as review cards. */
+  proposals?: readonly IProposalView[];
 }
 
 const TERMINAL_TEXT: Record<string, string> = {
@@ -49,7 +53,7 @@ export function InputBubble({ run, me }: { run: IRunView; me: string | null }): 
 }
 
 export const RunView = React.memo(function RunView(props: IRunProps): JSX.Element {
-  const { run, me, rendermime, codeActions, agentName, onCancel, onDecide } = props;
+  const { run, me, rendermime, codeActions, agentName, onCancel, onDecide, proposals } = props;
   const ended = isTerminal(run);
   const running = !ended && run.admitted;
   const answers = [...run.answers].sort((a, b) => a.step - b.step);
@@ -72,6 +76,9 @@ export const RunView = React.memo(function RunView(props: IRunProps): JSX.Elemen
           owner={run.input?.member ?? ''}
           onDecide={onDecide}
         />
+      ))}
+      {proposals?.map(proposal => (
+        <NotebookProposalCard key={proposal.id} proposal={proposal} me={me} />
       ))}
       {answers.map(answer => (
         <div
