@@ -21,6 +21,7 @@ from kaizen_server_extension.api.notifications import (
     NotificationsHandler,
 )
 from kaizen_server_extension.api.openapi import openapi_document
+from kaizen_server_extension.api.tool_grants import tool_grant_routes
 from kaizen_server_extension.protocol.errors import BadRequest, NotFound, TooLarge
 from kaizen_server_extension.store.records import AgentRecord
 
@@ -156,7 +157,8 @@ class ApprovalHandler(KaizenHandler):
     async def post(self, approval_id: str) -> None:
         body = self.parse_body(schemas.ApprovalDecision)
         decided = await self.kaizen.tools.approvals.decide(approval_id, self.member,
-                                                           body.decision == "approve")
+                                                           body.decision == "approve",
+                                                           scope=body.scope)
         self.write_json(decided)
 
 
@@ -273,6 +275,8 @@ def routes(*, library: bool = True) -> list[tuple[str, type[web.RequestHandler]]
         *(library_routes(PREFIX) if library else ()),
         # The caller's own persistent run_code kernel, and opening it as a console.
         *kernel_console_routes(PREFIX, ID),
+        # The caller's "allow for this conversation" grants (made by approving with a scope).
+        *tool_grant_routes(PREFIX, ID),
         # Admin only (404 to everyone else): the tool policies read on every tool call.
         *admin_routes(PREFIX),
     ]
