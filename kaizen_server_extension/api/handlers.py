@@ -12,6 +12,7 @@ from kaizen_server_extension.api.admin import admin_routes
 from kaizen_server_extension.api.artifacts import artifact_routes
 from kaizen_server_extension.api.base import KaizenHandler
 from kaizen_server_extension.api.health import health_routes
+from kaizen_server_extension.api.jupyter_files import jupyter_file_routes
 from kaizen_server_extension.api.kernel_console import kernel_console_routes
 from kaizen_server_extension.api.library import library_routes
 from kaizen_server_extension.api.notifications import (
@@ -272,6 +273,8 @@ def routes(*, library: bool = True) -> list[tuple[str, type[web.RequestHandler]]
         (rf"{PREFIX}/members/me", MeHandler),
         (rf"{PREFIX}/members/me/settings", MemberSettingsHandler),
         *artifact_routes(PREFIX),
+        # The member's files of the Jupyter contents tree, in and out of their artifacts.
+        *jupyter_file_routes(PREFIX),
         *(library_routes(PREFIX) if library else ()),
         # The caller's own persistent run_code kernel, and opening it as a console.
         *kernel_console_routes(PREFIX, ID),

@@ -450,6 +450,11 @@ def openapi_document(*, library: bool = True) -> dict[str, Any]:
     health_paths, health_components = health_openapi()
     paths.update(health_paths)
     components.update(health_components)
+    from kaizen_server_extension.api.jupyter_files import jupyter_files_openapi
+
+    file_paths, file_components = jupyter_files_openapi()
+    paths.update(file_paths)
+    components.update(file_components)
     from kaizen_server_extension.api.tool_grants import tool_grants_openapi
 
     grant_paths, grant_components = tool_grants_openapi()
