@@ -346,7 +346,13 @@ export class KaizenApi {
 
   postMessage(
     conversationId: string,
-    body: { text: string; kind: 'message' | 'steering'; idempotency_key: string }
+    body: {
+      text: string;
+      kind: 'message' | 'steering';
+      idempotency_key: string;
+      /** Artifact ids to pin to the message (its attached files). */
+      attachments?: string[];
+    }
   ): Promise<Result<IAccepted>> {
     return this._call(
       'POST',
@@ -387,11 +393,19 @@ export class KaizenApi {
     );
   }
 
-  decideApproval(approvalId: string, decision: 'approve' | 'deny'): Promise<Result<unknown>> {
+  /**
+   * Decide a request once. `scope: 'conversation'` (with approve) also allows the tool for the
+   * rest of this conversation, for this member ("Allow for this conversation").
+   */
+  decideApproval(
+    approvalId: string,
+    decision: 'approve' | 'deny',
+    scope: 'call' | 'conversation' = 'call'
+  ): Promise<Result<unknown>> {
     return this._call(
       'POST',
       `approvals/${encodeURIComponent(approvalId)}`,
-      { decision },
+      scope === 'call' ? { decision } : { decision, scope },
       'record your decision',
       body => body
     );
@@ -533,6 +547,17 @@ export class KaizenApi {
       url += `&token=${encodeURIComponent(this.settings.token)}`;
     }
     return url;
+  }
+
+  /** One JSON call under the API prefix (for the feature modules: jupyterFiles, grants). */
+  call<T>(
+    method: string,
+    path: string,
+    body: unknown,
+    action: string,
+    parse: (body: unknown) => T | null
+  ): Promise<Result<T>> {
+    return this._call(method, path, body, action, parse);
   }
 
   private async _call<T>(

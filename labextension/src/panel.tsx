@@ -9,6 +9,7 @@ import { KaizenApi } from './api';
 import { ChatView } from './components/ChatView';
 import { ConversationList } from './components/ConversationList';
 import { ICodeActions } from './components/Markdown';
+import { IJupyterHost, JupyterHostContext } from './jupyterHost';
 import { ConsoleLauncher } from './kernelConsole';
 import { PanelModel } from './model';
 
@@ -84,12 +85,14 @@ export class KaizenPanel extends ReactWidget {
     codeActions: ICodeActions;
     launchConsole?: ConsoleLauncher;
     model?: PanelModel;
+    host?: IJupyterHost;
   }) {
     super();
     this.model = options.model ?? new PanelModel(options.api);
     this._rendermime = options.rendermime;
     this._codeActions = options.codeActions;
     this._launchConsole = options.launchConsole;
+    this._host = options.host ?? { currentFolder: () => '' };
     this.addClass('jp-Kaizen-panel');
   }
 
@@ -97,12 +100,14 @@ export class KaizenPanel extends ReactWidget {
 
   protected render(): JSX.Element {
     return (
-      <KaizenApp
-        model={this.model}
-        rendermime={this._rendermime}
-        codeActions={this._codeActions}
-        launchConsole={this._launchConsole}
-      />
+      <JupyterHostContext.Provider value={this._host}>
+        <KaizenApp
+          model={this.model}
+          rendermime={this._rendermime}
+          codeActions={this._codeActions}
+          launchConsole={this._launchConsole}
+        />
+      </JupyterHostContext.Provider>
     );
   }
 
@@ -117,4 +122,5 @@ export class KaizenPanel extends ReactWidget {
   private readonly _rendermime: IRenderMimeRegistry;
   private readonly _codeActions: ICodeActions;
   private readonly _launchConsole?: ConsoleLauncher;
+  private readonly _host: IJupyterHost;
 }

@@ -6,6 +6,7 @@ import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import React from 'react';
 
 import { IRunView, isTerminal, runUsage, usageSummary } from '../journal';
+import { Decision } from '../model';
 import { ApprovalCard } from './ApprovalCard';
 import { Spinner } from './Elapsed';
 import { ICodeActions, Markdown } from './Markdown';
@@ -19,7 +20,7 @@ export interface IRunProps {
   /** Agent ids to display names. */
   agentName?: (agentId: string) => string;
   onCancel: (runId: string) => void;
-  onDecide: (approvalId: string, decision: 'approve' | 'deny') => Promise<void>;
+  onDecide: (approvalId: string, decision: Decision) => Promise<void>;
 }
 
 const TERMINAL_TEXT: Record<string, string> = {
