@@ -12,7 +12,9 @@ Inside the kernel it provides what the Python prelude does:
 * ``tools``: ``tools.available`` and ``await tools.call(name, args)``, a loopback HTTP client of
   the server's bridge (``node:http``; not ``fetch``, whose WebAssembly parser cannot reserve
   memory under the kernel's address-space limit) authenticated by the lease token, which lives
-  in a closure rather than on any reachable object.
+  in a closure rather than on any reachable object;
+* the call's shared files under their own names in the working directory, as symlinks into the
+  read-only resources directory (the same rule as ``prelude_py._link_shared_files``).
 
 The server drives it through ``globalThis.__kaizen`` (non-enumerable): ``bind`` per lease.
 ``tools`` is also a top-level ``const`` of the install cell: tslab carries a cell's top-level
@@ -34,7 +36,7 @@ _INSTALL = r"""
   if (Object.prototype.hasOwnProperty.call(g, "__kaizen")) { return; }
   const CONFIG = __CONFIG__;
   const state = { cap: CONFIG.cap, remaining: CONFIG.cap, nonce: CONFIG.nonce,
-                  url: null, token: null, available: [] };
+                  url: null, token: null, available: [], links: {}, resourcesParent: null };
   // node:http, not fetch: undici's WebAssembly parser cannot reserve its memory under the
   // kernel's address-space limit.
   const http = require("http");
@@ -142,6 +144,44 @@ _INSTALL = r"""
     },
   };
 
+  // The call's shared files under their own names here: symlinks into the read-only
+  // directory. Earlier calls' links go first (this kernel's, or a sibling kernel's: named like
+  // their target, in a sibling resources directory); the program's own files keep their names.
+  const linkSharedFiles = (resourcesDir, resourcesManifest) => {
+    const fs = require("fs");
+    const path = require("path");
+    const parents = new Set([state.resourcesParent,
+                             resourcesDir ? path.dirname(resourcesDir) : null].filter(Boolean));
+    let entries = [];
+    try { entries = fs.readdirSync(".", { withFileTypes: true }); } catch (e) { return; }
+    for (const entry of entries) {
+      if (!entry.isSymbolicLink()) { continue; }
+      try {
+        const target = fs.readlinkSync(entry.name);
+        const ours = path.basename(target) === entry.name &&
+                     parents.has(path.dirname(path.dirname(target)));
+        if (state.links[entry.name] === target || ours) { fs.unlinkSync(entry.name); }
+      } catch (e) { /* left as it is */ }
+    }
+    const links = {};
+    if (resourcesDir) { state.resourcesParent = path.dirname(resourcesDir); }
+    if (resourcesDir && resourcesManifest) {
+      let listed = [];
+      try { listed = JSON.parse(resourcesManifest); } catch (e) { listed = []; }
+      for (const item of Array.isArray(listed) ? listed : []) {
+        const name = item && item.filename, target = item && item.path;
+        if (typeof name !== "string" || typeof target !== "string" || !name ||
+            name.includes("/") || name.startsWith(".")) { continue; }
+        try {
+          fs.lstatSync(name);
+          continue;  // the program's own file keeps its name
+        } catch (e) { /* free */ }
+        try { fs.symlinkSync(target, name); links[name] = target; } catch (e) { /* skipped */ }
+      }
+    }
+    state.links = links;
+  };
+
   const bind = (workspace, url, token, available, cap, resourcesDir, resourcesManifest) => {
     if (workspace) {
       process.chdir(workspace);
@@ -155,6 +195,7 @@ _INSTALL = r"""
       delete process.env.KAIZEN_SHARED_RESOURCES_DIR;
       delete process.env.KAIZEN_SHARED_RESOURCES_MANIFEST;
     }
+    linkSharedFiles(resourcesDir, resourcesManifest);
     state.url = url;
     state.token = token;
     state.available = Array.from(available);

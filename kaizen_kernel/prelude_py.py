@@ -11,7 +11,10 @@ Inside the kernel it provides:
   (carrying a per-kernel nonce) tells the server output was truncated. A 50 MiB ``print`` is
   cut *before* ipykernel packs it into a stream message;
 * ``tools``: ``tools.available`` and ``tools.call(name, arguments=None, **kwargs)``, a
-  loopback HTTP client of the server's bridge authenticated by the lease token.
+  loopback HTTP client of the server's bridge authenticated by the lease token;
+* the call's shared files under their own names in the working directory: one symlink per
+  file into the read-only resources directory, so ``open("sales.csv")`` reads the attached
+  copy (:func:`_link_shared_files`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ _state: dict[str, Any] = {
     "url": None,
     "token": None,
     "available": (),
+    # name -> target of the working-directory links this kernel made for shared files.
+    "links": {},
+    "resources_parent": None,
 }
 
 
@@ -165,11 +171,69 @@ def bind(workspace: str | None, url: str | None, token: str | None,
     else:
         for name in _RESOURCE_ENV:
             os.environ.pop(name, None)
+    _link_shared_files(resources_dir, resources_manifest)
     _state["url"] = url
     _state["token"] = token
     _state["available"] = tuple(available)
     _state["cap"] = int(cap)
     _reset()
+
+
+def _ours(link: str, resources_parents: set[str]) -> bool:
+    """A working-directory symlink a kernel of this server made for a shared file: named like
+    its target, which lies in a resources directory (one per kernel, all siblings)."""
+    try:
+        target = os.readlink(link)
+    except OSError:
+        return False
+    folder, name = os.path.split(target)
+    return name == os.path.basename(link) and os.path.dirname(folder) in resources_parents
+
+
+def _link_shared_files(resources_dir: str | None, manifest: str | None) -> None:
+    """Put the call's shared files in the working directory under their own names (symlinks
+    into the read-only directory, so a write fails there too). Links left by an earlier call
+    (this kernel's, or a former kernel's of the same workspace) go first; a file of the
+    program's own with that name is left alone, and the copy stays at its manifest path."""
+    parents = {p for p in (_state.get("resources_parent"),
+                           os.path.dirname(resources_dir) if resources_dir else None) if p}
+    try:
+        entries = os.scandir(".")
+    except OSError:
+        return
+    with entries:
+        for entry in entries:
+            if not entry.is_symlink():
+                continue
+            try:
+                made_here = _state["links"].get(entry.name) == os.readlink(entry.path)
+                if made_here or _ours(entry.path, parents):
+                    os.unlink(entry.path)
+            except OSError:
+                pass
+    links: dict[str, str] = {}
+    if resources_dir:
+        # Sent without a manifest too (a call without files), so a fresh kernel still knows
+        # where its siblings' links pointed.
+        _state["resources_parent"] = os.path.dirname(resources_dir)
+    if resources_dir and manifest:
+        try:
+            listed = json.loads(manifest)
+        except ValueError:
+            listed = []
+        for item in listed if isinstance(listed, list) else []:
+            name, target = item.get("filename"), item.get("path")
+            if not (isinstance(name, str) and isinstance(target, str) and name
+                    and "/" not in name and not name.startswith(".")):
+                continue
+            if os.path.lexists(name):
+                continue  # the program's own file keeps its name
+            try:
+                os.symlink(target, name)
+            except OSError:
+                continue
+            links[name] = target
+    _state["links"] = links
 
 
 def install_source(cap: int, nonce: str) -> str:

@@ -26,11 +26,12 @@ DESCRIPTION = (
     "Each call starts from a fresh kernel unless persistent=true, which keeps one kernel "
     "(and its variables) for this conversation until it idles out. The working directory is "
     "this conversation's private workspace; files you want to deliver must be written there "
-    "and listed in artifact_targets (relative names; [] when the call only computes). The "
-    "turn's authorized files may already be on disk: the environment variable "
-    "KAIZEN_SHARED_RESOURCES_MANIFEST is a JSON array whose entries give each read-only "
-    "copy's path (in KAIZEN_SHARED_RESOURCES_DIR) with its filename, media_type, size and "
-    "sha256; open that path, never a guessed name. Both are absent when there are none. "
+    "and listed in artifact_targets (relative names; [] when the call only computes). "
+    "Files the member attached to this turn are read-only in the working directory under "
+    "their own names (open('sales.csv')); the environment variable "
+    "KAIZEN_SHARED_RESOURCES_MANIFEST is a JSON array whose entries give each copy's path "
+    "(in KAIZEN_SHARED_RESOURCES_DIR) with its filename, media_type, size and sha256. Both "
+    "are absent when there are none; never guess other names. "
     "tools.available lists the read-only tools you may call back: tools.call(name, {...}) "
     "in Python, await tools.call(name, {...}) in Node. "
     "Output is capped; a run that exceeds its time limit is interrupted."
@@ -43,8 +44,9 @@ INPUT_SCHEMA: dict[str, Any] = {
             "type": "string",
             "minLength": 1,
             "maxLength": MAX_CODE_CHARS,
-            "description": "The program to run. The turn's authorized files may already be "
-                           "on disk: read the paths listed in the JSON array of "
+            "description": "The program to run. Files attached to the turn are read-only "
+                           "in the working directory under their own names, and listed "
+                           "in the JSON array of "
                            "os.environ['KAIZEN_SHARED_RESOURCES_MANIFEST'] (absent when "
                            "there are none).",
         },

@@ -415,14 +415,16 @@ class RunCodeService:
                        verified: VerifiedResources | None) -> tuple[str | None, str | None]:
         """Write the verified files into the kernel's read-only directory once (a persistent
         kernel keeps them while they stay the same) and return (directory, manifest); an
-        empty directory and (None, None) when the call has none."""
+        empty directory and no manifest when the call has none. The directory is named even
+        then, so the prelude can clear the working-directory links an earlier kernel of the
+        lease made into its sibling (the variables exist only with a manifest)."""
         directory: Path | None = getattr(kernel, "resources_dir", None)
         if verified is None or not verified.files:
             if directory is not None and kernel.projected is not None:
                 await asyncio.to_thread(resources_mod.clear, directory)
                 kernel.projected = None
                 kernel.projected_manifest = None
-            return None, None
+            return (str(directory) if directory is not None else None), None
         if directory is None:
             raise KernelStartError("this kernel cannot receive shared files")
         if kernel.projected != verified.digest:

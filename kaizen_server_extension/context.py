@@ -40,6 +40,11 @@ class KaizenContext:
         return self.settings.KAIZEN_MAX_MESSAGE_BYTES
 
     @property
+    def jupyter_file_max_bytes(self) -> int:
+        """The largest file of the Jupyter contents tree a member may attach."""
+        return self.settings.KAIZEN_JUPYTER_FILE_MAX_BYTES
+
+    @property
     def library_enabled(self) -> bool:
         """The member's Library (its tools and REST routes); off, it does not exist (R-140)."""
         return self.settings.KAIZEN_LIBRARY_ENABLED

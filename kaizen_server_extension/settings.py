@@ -29,6 +29,8 @@ MAX_CORRECTION_REMINDER_CHARS = 1000
 #: The tool surface the Library's tools declare; ``KAIZEN_LIBRARY_ENABLED`` exposes it (R-140).
 LIBRARY_SURFACE = "library"
 JAIL_MODES = ("auto", "off", "required")
+#: One artifact version's bound, which a file read from the Jupyter tree becomes.
+MAX_JUPYTER_FILE_BYTES = 25 * 1024 * 1024
 GATEWAY_WORKSPACE_MODES = ("auto", "shared", "transfer")
 
 #: ``KaizenApp`` trait -> the setting it defaults from (and is validated as).
@@ -107,6 +109,10 @@ class KaizenSettings(BaseModel):
     # --- members and requests --------------------------------------------------------------
     KAIZEN_ADMIN_MEMBERS: frozenset[str] = frozenset()
     KAIZEN_MAX_MESSAGE_BYTES: Annotated[int, Field(ge=1, le=64 * 1024 * 1024)] = 256 * 1024
+    #: The largest file of the Jupyter contents tree a member may attach; at most what one
+    #: artifact version holds (store/artifacts/repository.py: MAX_FILE_BYTES).
+    KAIZEN_JUPYTER_FILE_MAX_BYTES: Annotated[int, Field(ge=1, le=MAX_JUPYTER_FILE_BYTES)] = \
+        MAX_JUPYTER_FILE_BYTES
 
     # --- the model -------------------------------------------------------------------------
     KAIZEN_MODEL_BASE_URL: str = ""

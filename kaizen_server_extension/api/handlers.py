@@ -12,6 +12,7 @@ from kaizen_server_extension.api.admin import admin_routes
 from kaizen_server_extension.api.artifacts import artifact_routes
 from kaizen_server_extension.api.base import KaizenHandler
 from kaizen_server_extension.api.health import health_routes
+from kaizen_server_extension.api.jupyter_files import jupyter_file_routes
 from kaizen_server_extension.api.kernel_console import kernel_console_routes
 from kaizen_server_extension.api.library import library_routes
 from kaizen_server_extension.api.notebooks import notebook_routes
@@ -22,6 +23,7 @@ from kaizen_server_extension.api.notifications import (
     NotificationsHandler,
 )
 from kaizen_server_extension.api.openapi import openapi_document
+from kaizen_server_extension.api.tool_grants import tool_grant_routes
 from kaizen_server_extension.protocol.errors import BadRequest, NotFound, TooLarge
 from kaizen_server_extension.store.records import AgentRecord
 
@@ -157,7 +159,8 @@ class ApprovalHandler(KaizenHandler):
     async def post(self, approval_id: str) -> None:
         body = self.parse_body(schemas.ApprovalDecision)
         decided = await self.kaizen.tools.approvals.decide(approval_id, self.member,
-                                                           body.decision == "approve")
+                                                           body.decision == "approve",
+                                                           scope=body.scope)
         self.write_json(decided)
 
 
@@ -271,11 +274,15 @@ def routes(*, library: bool = True) -> list[tuple[str, type[web.RequestHandler]]
         (rf"{PREFIX}/members/me", MeHandler),
         (rf"{PREFIX}/members/me/settings", MemberSettingsHandler),
         *artifact_routes(PREFIX),
+        # The member's files of the Jupyter contents tree, in and out of their artifacts.
+        *jupyter_file_routes(PREFIX),
         *(library_routes(PREFIX) if library else ()),
         # The caller's own persistent run_code kernel, and opening it as a console.
         *kernel_console_routes(PREFIX, ID),
         # The member's notebooks: attach, kernel access, reviewed cell edits, data uploads.
         *notebook_routes(PREFIX, ID),
+        # The caller's "allow for this conversation" grants (made by approving with a scope).
+        *tool_grant_routes(PREFIX, ID),
         # Admin only (404 to everyone else): the tool policies read on every tool call.
         *admin_routes(PREFIX),
     ]

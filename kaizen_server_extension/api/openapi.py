@@ -385,7 +385,10 @@ def openapi_document(*, library: bool = True) -> dict[str, Any]:
                      "schema": {"enum": ["pending", "approved", "denied", "consumed"]}}],
             op_id="listApprovals")},
         "/kaizen/api/approvals/{approval_id}": {"post": _op(
-            "Decide an approval request once; a second decision is a conflict",
+            "Decide an approval request once; a second decision is a conflict. Approving "
+            "with scope 'conversation' also allows the tool for the rest of the "
+            "conversation, for the caller (422 grant_not_allowed for a tool that asks "
+            "every time)",
             {**_ok("Decided", {"type": "object"}), **_errors(404, 409, 422)},
             body="ApprovalDecision", params=[_path_param("approval_id")],
             op_id="decideApproval")},
@@ -452,6 +455,16 @@ def openapi_document(*, library: bool = True) -> dict[str, Any]:
     health_paths, health_components = health_openapi()
     paths.update(health_paths)
     components.update(health_components)
+    from kaizen_server_extension.api.jupyter_files import jupyter_files_openapi
+
+    file_paths, file_components = jupyter_files_openapi()
+    paths.update(file_paths)
+    components.update(file_components)
+    from kaizen_server_extension.api.tool_grants import tool_grants_openapi
+
+    grant_paths, grant_components = tool_grants_openapi()
+    paths.update(grant_paths)
+    components.update(grant_components)
     from kaizen_server_extension.api.admin import admin_openapi
 
     admin_paths, admin_components = admin_openapi()

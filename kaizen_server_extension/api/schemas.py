@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from kaizen_server_extension.lanes.inbox import RESOURCE_ID
 from kaizen_server_extension.resources import MAX_ATTACHMENTS
@@ -65,6 +72,17 @@ class ApprovalDecision(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     decision: Literal["approve", "deny"]
+    scope: Literal["call", "conversation"] = Field(
+        "call", description="conversation (with approve only): also allow this tool for the "
+                            "rest of this conversation, for you; revocable (DELETE "
+                            "conversations/{id}/tool-grants/{tool}). Not for tools that ask "
+                            "every time (422 grant_not_allowed).")
+
+    @model_validator(mode="after")
+    def _grant_only_with_approve(self) -> ApprovalDecision:
+        if self.scope == "conversation" and self.decision != "approve":
+            raise ValueError("scope 'conversation' goes with decision 'approve' only")
+        return self
 
 
 #: An exact resource id as the completion inbox issues them (``lanes.inbox.RESOURCE_ID``).

@@ -24,7 +24,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from kaizen_server_extension.policy.approvals import ApprovalMode, ApprovalReceipt, ApprovalStatus
+from kaizen_server_extension.policy.approvals import (
+    ApprovalMode,
+    ApprovalReceipt,
+    ApprovalStatus,
+    grantable,
+)
 from kaizen_server_extension.protocol.authority import (
     AuthorityBundle,
     AuthorityRejected,
@@ -40,6 +45,7 @@ from kaizen_server_extension.store.calls import CallFacts, HeldAudit, read_call_
 from kaizen_server_extension.store.core import Tx, new_id, utcnow
 from kaizen_server_extension.store.library import LibraryStore
 from kaizen_server_extension.store.store import Store
+from kaizen_server_extension.store.tool_grants import NotGrantable, grant_in
 from kaizen_server_extension.tools.ports import CallFactsView
 from kaizen_server_extension.tools.services import ArtifactServices, ToolServices
 from kaizen_server_extension.tools.types import RegisteredTool, ResourceVerdict
@@ -185,13 +191,23 @@ class StoreApprovals:
             )).scalar_one_or_none()
             return row is not None
 
-    async def decide(self, approval_id: str, member: str, approve: bool) -> dict[str, Any]:
-        """The initiating member's one decision; a second one is a 409."""
+    async def decide(self, approval_id: str, member: str, approve: bool, *,
+                     scope: str = "call") -> dict[str, Any]:
+        """The initiating member's one decision; a second one is a 409.
+
+        ``scope="conversation"`` (an approval only) also allows the request's tool for the
+        rest of its conversation, for this member, in the same transaction: refused with
+        ``grant_not_allowed`` (nothing decided) for a tool that confirms every call."""
         status = "approved" if approve else "denied"
+        for_conversation = approve and scope == "conversation"
         async with self._store.transaction() as tx:
             row = await tx.session.get(m.Approval, approval_id)
             if row is None or row.member != member:
                 raise NotFound("No such approval request.", code="approval_not_found")
+            if for_conversation and not grantable(row.capability):
+                raise NotGrantable(
+                    f"{row.tool} asks every time and cannot be allowed for the whole "
+                    "conversation; approve or deny this call.", code="grant_not_allowed")
             decided = (await tx.session.execute(
                 update(m.Approval)
                 .where(m.Approval.id == approval_id, m.Approval.status == "pending")
@@ -205,10 +221,15 @@ class StoreApprovals:
                 update(m.Run).where(m.Run.id == run_id, m.Run.status == "awaiting_approval")
                 .values(status="running")
             )
+            if for_conversation:
+                await grant_in(tx, member=member, conversation_id=conversation_id, tool=tool,
+                               capability=row.capability, approval_id=approval_id)
+            decided_scope = "conversation" if for_conversation else "call"
             await tx.append_event(conversation_id, "approval.decided", member,
                                   {"approval_id": approval_id, "decision": status,
-                                   "tool": tool}, run_id=run_id)
-            return {"id": approval_id, "status": status, "run_id": run_id, "tool": tool}
+                                   "tool": tool, "scope": decided_scope}, run_id=run_id)
+            return {"id": approval_id, "status": status, "run_id": run_id, "tool": tool,
+                    "scope": decided_scope}
 
     async def status(self, approval_id: str) -> str:
         async with self._store.transaction() as tx:

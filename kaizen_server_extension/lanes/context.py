@@ -86,6 +86,28 @@ async def load_artifact_roster(store: Store, member: str,
         for r in listed))
 
 
+MAX_NOTED_NAME = 120
+
+
+def attachment_note(data: dict[str, object]) -> str:
+    """What the model learns of the files pinned to the input it answers: names, types and
+    sizes (never bytes), as run_code finds them. Names are member-chosen: quoted as data."""
+    pinned = data.get("attachments")
+    if not isinstance(pinned, list) or not pinned:
+        return ""
+    described = []
+    for item in pinned:
+        if not isinstance(item, dict):
+            continue
+        name = json.dumps(str(item.get("filename", ""))[:MAX_NOTED_NAME], ensure_ascii=False)
+        described.append(f"{name} ({item.get('media_type', 'file')}, {item.get('size', 0)} "
+                         "bytes)")
+    if not described:
+        return ""
+    return ("\n\n[Files attached to this message, read-only in run_code's working directory "
+            f"under these names: {', '.join(described)}]")
+
+
 def build_context(
     persona: str,
     history: Sequence[EventRecord],
@@ -109,9 +131,12 @@ def build_context(
             content = f"[{event.actor}] {text}" if shared else text
             message = ChatMessage(role="user", content=content)
             if event.data.get("input_id") == current_input_id:
+                # Only this turn's files are on disk: earlier turns' were theirs alone. An
+                # attached notebook's rendering follows (notebooks/context.py).
+                content = content + attachment_note(event.data)
                 if attachments:
-                    message = ChatMessage(role="user", content=f"{content}\n\n{attachments}")
-                current = message
+                    content = f"{content}\n\n{attachments}"
+                current = ChatMessage(role="user", content=content)
             elif event.run_id in answered:
                 messages.append(message)
         elif event.type == "answer.committed":

@@ -1,4 +1,4 @@
-"""``ctx.services["notebooks"]``: the Jupyter server's notebooks and kernels, as Kaizen may
+"""``ctx.services.notebooks``: the Jupyter server's notebooks and kernels, as Kaizen may
 touch them on a member's behalf.
 
 * ``attach`` reads a notebook through the server's ContentsManager (so the server's root and

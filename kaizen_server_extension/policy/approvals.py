@@ -18,6 +18,10 @@ SENSITIVE (or undeclared, treated as the strictest) tool still asks, because the
 member confirmation part of what such a tool *is* ("act_on_browser_page … after member
 confirmation", R-152), not a preference the member toggles. That is the one place this module
 departs from "never_ask asks nothing"; :data:`SENSITIVE_ALWAYS_CONFIRMS` names it.
+
+"Allow for this conversation" (docs/approvals.md) is a narrower standing answer than
+``never_ask``: for one member, one conversation and one write tool (:func:`grantable`). It
+answers only what the member's mode asks; an operator guardrail's ``NeedsApproval`` still asks.
 """
 
 from __future__ import annotations
@@ -100,6 +104,14 @@ def decide(mode: ApprovalMode, descriptor: DeclaredTool) -> GateDecision:
     if mode is ApprovalMode.NEVER_ASK:
         return GateDecision(guard, needs_approval=strict and SENSITIVE_ALWAYS_CONFIRMS)
     return GateDecision(guard, needs_approval=guard is Guard.APPROVAL_GATE)
+
+
+def grantable(capability: Capability | str) -> bool:
+    """Whether "allow for this conversation" may answer the member's approval of a tool of
+    this capability: a write only. A sensitive or undeclared tool confirms every call
+    (:data:`SENSITIVE_ALWAYS_CONFIRMS`), and a read never asks the member. (The database holds
+    the same rule: ``conversation_tool_grants`` CHECKs its capability.)"""
+    return capability == Capability.WRITE
 
 
 def arguments_digest(name: str, raw_args: str) -> str:

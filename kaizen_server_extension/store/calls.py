@@ -50,6 +50,9 @@ class CallFacts:
     only_initiator: bool
     # The tools whose policy rows were read; None when every tool's were.
     policy_tools: frozenset[str] | None = None
+    # "Allow for this conversation" of the run's member, for the tools read (open_call reads
+    # the called tool's); None when these facts read no grant.
+    grants: Mapping[str, bool] | None = None
 
     def allowed(self, tool: str) -> bool | None:
         """The admin policy for ``tool``, or None when these facts did not read it."""
@@ -61,12 +64,18 @@ class CallFacts:
             return own
         return self.policies.get((tool, "*"), True)
 
+    def granted(self, tool: str) -> bool | None:
+        """Whether the member allowed ``tool`` for the run's conversation, or None when these
+        facts did not read it (then only an approval answers the gate)."""
+        return None if self.grants is None else self.grants.get(tool)
+
 
 _RUNS = m.Base.metadata.tables[m.Run.__tablename__]
 _CONVERSATIONS = m.Base.metadata.tables[m.Conversation.__tablename__]
 _MEMBERS = m.Base.metadata.tables[m.Member.__tablename__]
 _PARTICIPANTS = m.Base.metadata.tables[m.Participant.__tablename__]
 _POLICIES = m.Base.metadata.tables[m.ToolPolicy.__tablename__]
+_GRANTS = m.Base.metadata.tables[m.ConversationToolGrant.__tablename__]
 
 
 def _roster_counts(conversation: Any, member: Any) -> tuple[Any, Any]:
@@ -85,6 +94,15 @@ def _policy_of(member: Any) -> Any:
     return (select(_POLICIES.c.allowed)
             .where(_POLICIES.c.tool == bindparam("b_tool"), _POLICIES.c.member == member)
             .correlate_except(_POLICIES).scalar_subquery())
+
+
+def _grant_of(member: Any, conversation: Any) -> Any:
+    """Whether ``member`` allowed the called tool for ``conversation`` (a count, 0 or 1: the
+    primary key is exactly this triple), as a scalar subquery."""
+    return (select(func.count()).select_from(_GRANTS)
+            .where(_GRANTS.c.member == member, _GRANTS.c.conversation_id == conversation,
+                   _GRANTS.c.tool == bindparam("b_tool"))
+            .correlate_except(_GRANTS).scalar_subquery())
 
 
 # SQLite renders RETURNING columns unqualified, and inside a subquery an unqualified
@@ -110,7 +128,8 @@ _READ_FACTS = (
 # A tool call's opening: the run must still be ours (active, same fence: the UPDATE also locks
 # the row on PostgreSQL, so a cancel cannot slip in before the journal write in the same
 # transaction), its tool-call count goes up, and what the call's checks need comes back with
-# it, for the one tool called. One statement instead of a liveness check plus a read.
+# it, for the one tool called — its admin policy and the member's "allow for this
+# conversation" grant included. One statement instead of a liveness check plus reads.
 _OPEN_CALL = (
     update(_RUNS)
     .where(_RUNS.c.id == bindparam("b_run_id"), _RUNS.c.fence == bindparam("b_fence"),
@@ -125,6 +144,8 @@ _OPEN_CALL = (
         *_roster_counts(_RUN_CONVERSATION, _RUN_MEMBER),
         _policy_of(_RUN_MEMBER),
         _policy_of(literal("*")),
+        # The run's own member and room: a grant never answers for another (R-034).
+        _grant_of(_RUN_MEMBER, _RUN_CONVERSATION),
     )
 )
 
@@ -153,7 +174,7 @@ def open_call(run_id: str, fence: int, tool: str) -> Unit[tuple[str, CallFacts] 
     if not rows:
         return None
     (conversation, status, run_fence, member, audience, mode, participants, own,
-     own_policy, everyone_policy) = rows[0]
+     own_policy, everyone_policy, grant) = rows[0]
     policies: dict[tuple[str, str], bool] = {}
     if own_policy is not None:
         policies[(tool, member)] = bool(own_policy)
@@ -161,7 +182,8 @@ def open_call(run_id: str, fence: int, tool: str) -> Unit[tuple[str, CallFacts] 
         policies[(tool, "*")] = bool(everyone_policy)
     return conversation, CallFacts(
         run_id, member, status, run_fence, audience, mode, policies,
-        only_initiator=participants == 1 and own == 1, policy_tools=frozenset({tool}))
+        only_initiator=participants == 1 and own == 1, policy_tools=frozenset({tool}),
+        grants={tool: bool(grant)})
 
 
 @dataclass

@@ -61,7 +61,7 @@ def _fingerprint_registers(state: WorkspaceState, key: WorkspaceKey) -> str:
 
 
 class StoredWorkspaceState:
-    """``ctx.services["workspace_store"]``: the database-backed Hashline state."""
+    """``ctx.services.workspace_store``: the database-backed Hashline state."""
 
     def __init__(self, store: Store) -> None:
         self.store = store

@@ -737,3 +737,53 @@ class NotebookEditCell(Base):
         CheckConstraint("NOT run_after OR (op = 'insert' AND cell_type = 'code' AND "
                         "decision = 'accepted')", name="run_after"),
     )
+
+
+# --- "Allow for this conversation" and the member's Jupyter files (issue 13, migration 0011) ---
+
+#: The only capability a conversation grant may answer for: a sensitive or undeclared tool
+#: confirms every call (R-152), and a read never asks.
+GRANTABLE_CAPABILITY = "write"
+
+
+class ConversationToolGrant(Base):
+    """One member's standing answer to the approval gate for one tool in one conversation.
+
+    It answers only the member's own approval mode, and only from the call's facts
+    (``store/calls.py: open_call``); every guardrail, ceiling, permission and the write guard
+    still run. The primary key makes it unique per (member, conversation, tool); revoking
+    deletes the row (the audit log keeps both)."""
+
+    __tablename__ = "conversation_tool_grants"
+
+    member: Mapped[str] = mapped_column(ForeignKey("members.id"), primary_key=True)
+    conversation_id: Mapped[str] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True)
+    tool: Mapped[str] = mapped_column(String(200), primary_key=True)
+    capability: Mapped[str] = mapped_column(String(20))
+    # The approval decision that made it (kept when that row goes).
+    approval_id: Mapped[str | None] = mapped_column(
+        ForeignKey("approvals.id", ondelete="SET NULL"))
+    granted_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        CheckConstraint(f"capability = '{GRANTABLE_CAPABILITY}'", name="capability"),
+    )
+
+
+class JupyterFileSource(Base):
+    """Which artifact holds a member's copies of one file of the Jupyter contents tree: each
+    read through the ContentsManager is a version of it (unchanged bytes reuse the latest)."""
+
+    __tablename__ = "jupyter_file_sources"
+
+    owner: Mapped[str] = mapped_column(ForeignKey("members.id"), primary_key=True)
+    # The ContentsManager's API path, relative to the server's root ("data/sales.csv").
+    path: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    artifact_id: Mapped[str] = mapped_column(ForeignKey("artifacts.id", ondelete="CASCADE"))
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        UniqueConstraint("artifact_id", name="uq_jupyter_file_sources_artifact"),
+        CheckConstraint("length(path) >= 1", name="path"),
+    )

@@ -10,7 +10,9 @@ Order (spec: What happens on a tool call; R-223), every step on every call:
 6. the turn ledger: cut-off tool, identical failed input, duplicate write (R-270..R-290);
 7. guardrail chain and approval mode; a call needing a decision is persisted before any wait
    and reported as :class:`ApprovalPending`; an approved receipt is consumed once (R-224,
-   R-240..R-242);
+   R-240..R-242). The member's "allow for this conversation" for a write tool, read with the
+   call's facts, answers what their mode asks (never an operator guardrail's demand), and the
+   call's audit row says so;
 8. the write guard and the tool's own resource authorization, after any approval and
    immediately before execution (R-223, R-226): for every call that may have an effect, the
    run is re-checked live and the member's permission re-resolved at that instant; a tool
@@ -40,7 +42,7 @@ import json
 import logging
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kaizen_server_extension.policy.approvals import (
@@ -48,6 +50,7 @@ from kaizen_server_extension.policy.approvals import (
     ApprovalStatus,
     arguments_digest,
     decide,
+    grantable,
 )
 from kaizen_server_extension.policy.ceilings import CapabilityCeiling
 from kaizen_server_extension.policy.errors import ApprovalPending, PolicyDenied
@@ -116,6 +119,17 @@ DEFAULT_PROJECTION_LIMIT = 16_000
 # Tools that must re-check the roster at the callback: actor-private ones, and anything that
 # declared no class (which may not be in a shared room at all).
 _PRIVATE_ROOM_CLASSES = frozenset({RoomClass.ACTOR_PRIVATE_READ, RoomClass.UNKNOWN})
+
+
+@dataclass(frozen=True, slots=True)
+class _AnsweredByGrant:
+    """The approval gate was answered by the member's "allow for this conversation"."""
+
+
+_BY_GRANT = _AnsweredByGrant()
+#: How a grant-answered call's audit row says so, distinct from a one-shot approval (R-377).
+GRANT_AUDIT_KEY = "approved_by"
+GRANT_AUDIT_VALUE = "conversation_grant"
 
 
 class ToolPipeline:
@@ -217,11 +231,11 @@ class ToolPipeline:
             )
 
         try:
-            declined = await self._gate(bundle, request, descriptor, arguments, facts)
+            gate = await self._gate(bundle, request, descriptor, arguments, facts)
         except PolicyDenied as denied:
             return settlement.denied(request, denied, descriptor)
-        if declined is not None:
-            return declined
+        if isinstance(gate, Settlement):
+            return gate
         try:
             refused = await self._guard_write(bundle, request, registered, arguments)
         except PolicyDenied as denied:
@@ -229,6 +243,9 @@ class ToolPipeline:
         if refused is not None:
             return refused
         settled = await self._execute(bundle, request, registered, arguments, audit)
+        if gate is _BY_GRANT:
+            settled = replace(settled, raw={GRANT_AUDIT_KEY: GRANT_AUDIT_VALUE,
+                                            "raw": settled.raw})
         return await self._check_result(bundle, request, descriptor, settled)
 
     # --- steps 2-4: permissions, ceiling, room ---------------------------------------------
@@ -317,8 +334,9 @@ class ToolPipeline:
         descriptor: ToolDescriptor,
         arguments: Mapping[str, Any],
         facts: CallFactsView | None,
-    ) -> Settlement | None:
-        """Raise PolicyDenied/ApprovalPending, return a declined result, or None to execute."""
+    ) -> Settlement | _AnsweredByGrant | None:
+        """Raise PolicyDenied/ApprovalPending, return a declined result, :data:`_BY_GRANT`
+        when the member's conversation grant answered, or None to execute."""
         try:
             mode = await self._modes.mode_for(bundle.member, facts)
         except Exception:
@@ -329,8 +347,15 @@ class ToolPipeline:
         if isinstance(verdict, Deny):
             raise PolicyDenied(verdict.code, verdict.reason)
         # An operator guardrail's demand for approval holds under every member mode.
-        if not (decide(mode, descriptor).needs_approval or isinstance(verdict, NeedsApproval)):
+        demanded = isinstance(verdict, NeedsApproval)
+        if not (decide(mode, descriptor).needs_approval or demanded):
             return None
+        # The member's own standing answer for this tool here stands in for their decision,
+        # never for an operator's. It comes only from this call's journaled facts, so a re-run
+        # after an approval (fresh facts, no grant read) consumes its one-shot receipt.
+        if (not demanded and grantable(descriptor.capability) and facts is not None
+                and facts.member == bundle.member and facts.granted(request.name) is True):
+            return _BY_GRANT
         return await self._approval(bundle, request, descriptor, arguments)
 
     async def _approval(

@@ -41,6 +41,12 @@ class CallFactsView(Protocol):
         """The admin policy for ``tool``, or None when these facts did not read it."""
         ...
 
+    def granted(self, tool: str) -> bool | None:
+        """Whether the member allowed ``tool`` for the rest of the run's conversation, or None
+        when these facts did not read it. Only facts read when the call was journaled carry
+        it, so a re-run after an approval consumes its receipt as before."""
+        ...
+
 
 @dataclass
 class CallScope:

@@ -350,6 +350,7 @@ export class KaizenApi {
       text: string;
       kind: 'message' | 'steering';
       idempotency_key: string;
+      /** Artifact ids to pin to the message (its attached files). */
       attachments?: string[];
     }
   ): Promise<Result<IAccepted>> {
@@ -392,11 +393,19 @@ export class KaizenApi {
     );
   }
 
-  decideApproval(approvalId: string, decision: 'approve' | 'deny'): Promise<Result<unknown>> {
+  /**
+   * Decide a request once. `scope: 'conversation'` (with approve) also allows the tool for the
+   * rest of this conversation, for this member ("Allow for this conversation").
+   */
+  decideApproval(
+    approvalId: string,
+    decision: 'approve' | 'deny',
+    scope: 'call' | 'conversation' = 'call'
+  ): Promise<Result<unknown>> {
     return this._call(
       'POST',
       `approvals/${encodeURIComponent(approvalId)}`,
-      { decision },
+      scope === 'call' ? { decision } : { decision, scope },
       'record your decision',
       body => body
     );
@@ -540,7 +549,8 @@ export class KaizenApi {
     return url;
   }
 
-  /** Any Kaizen route, with the same authentication and member-safe failures. */
+  /** Any Kaizen route under the API prefix, with the same authentication and member-safe
+   * failures (for the feature modules: notebooks, jupyterFiles, grants). */
   call<T>(
     method: string,
     path: string,

@@ -3,7 +3,8 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette, InputDialog } from '@jupyterlab/apputils';
+import { ICommandPalette, InputDialog, Notification } from '@jupyterlab/apputils';
+import { IDefaultFileBrowser } from '@jupyterlab/filebrowser';
 import { INotebookTracker, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
@@ -12,6 +13,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { KaizenApi } from './api';
 import { askMessage, askTitle, cellReference, ICellContext, quotedPart } from './ask';
 import { ICodeActions } from './components/Markdown';
+import { IJupyterHost } from './jupyterHost';
 import { ConsoleLauncher } from './kernelConsole';
 import { registerNotebookCommands } from './notebook/commands';
 import { JupyterNotebookEditor } from './notebook/editor';
@@ -26,6 +28,7 @@ const PANEL_ID = 'kaizen-panel';
 namespace CommandIDs {
   export const open = 'kaizen:open';
   export const askAboutCell = 'kaizen:ask-about-cell';
+  export const attachFile = 'kaizen:attach-file';
 }
 
 export const kaizenIcon = new LabIcon({
@@ -132,19 +135,52 @@ function cellContext(app: JupyterFrontEnd, tracker: INotebookTracker | null): IC
   };
 }
 
+/** The files (not folders) selected in the default file browser, as contents API paths. */
+function selectedFiles(browser: IDefaultFileBrowser | null): string[] {
+  if (!browser) {
+    return [];
+  }
+  return Array.from(browser.selectedItems())
+    .filter(item => item.type !== 'directory')
+    .map(item => item.path);
+}
+
+/** What the panel asks of JupyterLab: the folder to save next to (the notebook's first). */
+function jupyterHost(
+  tracker: INotebookTracker | null,
+  browser: IDefaultFileBrowser | null
+): IJupyterHost {
+  return {
+    currentFolder: () => {
+      const notebook = tracker?.currentWidget?.context.path;
+      if (notebook) {
+        return notebook.includes('/') ? notebook.slice(0, notebook.lastIndexOf('/')) : '';
+      }
+      return browser?.model.path ?? '';
+    }
+  };
+}
+
 const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
   description: 'The Kaizen side panel: chat with agents, tool activity, approvals.',
   autoStart: true,
   requires: [IRenderMimeRegistry],
-  optional: [ILayoutRestorer, INotebookTracker, ISettingRegistry, ICommandPalette],
+  optional: [
+    ILayoutRestorer,
+    INotebookTracker,
+    ISettingRegistry,
+    ICommandPalette,
+    IDefaultFileBrowser
+  ],
   activate: (
     app: JupyterFrontEnd,
     rendermime: IRenderMimeRegistry,
     restorer: ILayoutRestorer | null,
     tracker: INotebookTracker | null,
     registry: ISettingRegistry | null,
-    palette: ICommandPalette | null
+    palette: ICommandPalette | null,
+    browser: IDefaultFileBrowser | null
   ): void => {
     const api = new KaizenApi(app.serviceManager.serverSettings);
     const panel = new KaizenPanel({
@@ -152,7 +188,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       rendermime,
       codeActions: codeActions(app, tracker),
       launchConsole: consoleLauncher(app),
-      notebookEditor: tracker ? new JupyterNotebookEditor(app, tracker) : null
+      notebookEditor: tracker ? new JupyterNotebookEditor(app, tracker) : null,
+      host: jupyterHost(tracker, browser)
     });
     panel.id = PANEL_ID;
     panel.title.icon = kaizenIcon;
@@ -218,6 +255,37 @@ const plugin: JupyterFrontEndPlugin<void> = {
     if (tracker) {
       registerNotebookCommands({ app, tracker, model: panel.model, icon: kaizenIcon, panelId: PANEL_ID, palette });
     }
+
+    // "Attach to Kaizen" on files of the file browser: the server reads each one through its
+    // ContentsManager onto the next message of the open conversation (or a new one).
+    app.commands.addCommand(CommandIDs.attachFile, {
+      label: 'Attach to Kaizen',
+      caption: 'Put this file on your next Kaizen message (run_code reads it by its name)',
+      icon: kaizenIcon,
+      isVisible: () => selectedFiles(browser).length > 0,
+      execute: async args => {
+        const paths =
+          typeof args.path === 'string' ? [args.path] : selectedFiles(browser);
+        if (!paths.length) {
+          return;
+        }
+        app.shell.activateById(PANEL_ID);
+        for (const path of paths) {
+          const problem = await panel.model.attachFile(path);
+          if (problem) {
+            Notification.error(`Kaizen could not attach ${path}: ${problem}`, {
+              autoClose: 8000
+            });
+            return;
+          }
+        }
+      }
+    });
+    app.contextMenu.addItem({
+      command: CommandIDs.attachFile,
+      selector: '.jp-DirListing-item[data-isdir="false"]',
+      rank: 60
+    });
 
     if (restorer) {
       restorer.add(panel, PANEL_ID);

@@ -79,6 +79,8 @@ export interface IApprovalView {
   /** `approved` / `denied` once decided. */
   decision?: string;
   decidedBy?: string;
+  /** `conversation` when approved with "Allow for this conversation". */
+  scope?: string;
   requestedAt: string;
   seq: number;
 }
@@ -371,8 +373,9 @@ function applyDurable(
       return updateRun(state, event, run => {
         const id = str(d, 'approval_id');
         const decision = normalizeDecision(str(d, 'decision'));
+        const scope = str(d, 'scope') || undefined;
         const approvals = run.approvals.map(a =>
-          a.approvalId === id ? { ...a, decision, decidedBy: event.actor } : a
+          a.approvalId === id ? { ...a, decision, decidedBy: event.actor, scope } : a
         );
         const stillPending = approvals.some(a => !a.decision);
         return {

@@ -14,6 +14,7 @@ import {
   newIdempotencyKey
 } from './api';
 import { ConversationFeed, FeedStatus, ISocket } from './events';
+import { IAttachment, mentionedPaths, readJupyterFile } from './jupyterFiles';
 import { applyFrames, IConversationState, initialState, isBusy, isTerminal } from './journal';
 import { NotebookAttachments } from './notebook/attachments';
 import { Frame } from './protocol';
@@ -50,11 +51,21 @@ export interface IConversationSnapshot {
   /** A member-safe sentence from the last failed action, or null. */
   error: string | null;
   sending: boolean;
+  /** Jupyter files read for the next message (chips in the composer). */
+  attachments: readonly IAttachment[];
+  /** A Jupyter file is being read. */
+  attaching: boolean;
 }
+
+/** How many files one message may attach (the server's bound). */
+export const MAX_ATTACHMENTS = 8;
+
+export type Decision = 'approve' | 'deny' | 'allow_conversation';
 
 interface IAttempt {
   text: string;
   kind: 'message' | 'steering';
+  attachments: string;
   key: string;
 }
 
@@ -69,7 +80,9 @@ export class ConversationModel extends Observable<IConversationSnapshot> {
       journal: initialState(conversation.id),
       feed: { phase: 'loading' },
       error: null,
-      sending: false
+      sending: false,
+      attachments: [],
+      attaching: false
     });
     this._openSocket = openSocket;
     this.notebooks = new NotebookAttachments(api, conversation.id);
@@ -122,11 +135,26 @@ export class ConversationModel extends Observable<IConversationSnapshot> {
     if (!trimmed || this._value.sending) {
       return false;
     }
-    const last = this._lastFailed;
-    const key = last && last.text === text && last.kind === kind ? last.key : newIdempotencyKey();
-    const attempt: IAttempt = { text, kind, key };
     this.set({ ...this._value, sending: true, error: null });
+    // `@path` tokens name Jupyter files too: each is read (by the server) before sending.
+    for (const path of mentionedPaths(text)) {
+      if (!this._value.attachments.some(a => a.path === path)) {
+        const problem = await this._attach(path);
+        if (problem) {
+          this.set({ ...this._value, sending: false, error: `@${path}: ${problem}` });
+          return false;
+        }
+      }
+    }
+    // Attached notebooks are pinned afresh for every message, beside the attached files.
     const pinned = await this.notebooks.pin();
+    const files = this._value.attachments.map(a => a.artifactId);
+    const ids = pinned.ok ? [...files, ...pinned.value] : files;
+    const last = this._lastFailed;
+    const same =
+      last && last.text === text && last.kind === kind && last.attachments === ids.join(',');
+    const key = same ? last.key : newIdempotencyKey();
+    const attempt: IAttempt = { text, kind, attachments: ids.join(','), key };
     if (!pinned.ok) {
       this._lastFailed = attempt;
       this.set({ ...this._value, sending: false, error: pinned.message });
@@ -136,11 +164,11 @@ export class ConversationModel extends Observable<IConversationSnapshot> {
       text,
       kind,
       idempotency_key: key,
-      ...(pinned.value.length ? { attachments: pinned.value } : {})
+      ...(ids.length ? { attachments: ids } : {})
     });
     if (result.ok) {
       this._lastFailed = null;
-      this.set({ ...this._value, sending: false });
+      this.set({ ...this._value, sending: false, attachments: [] });
       return true;
     }
     this._lastFailed = attempt;
@@ -153,8 +181,41 @@ export class ConversationModel extends Observable<IConversationSnapshot> {
     this.set({ ...this._value, error: result.ok ? null : result.message });
   }
 
-  async decide(approvalId: string, decision: 'approve' | 'deny'): Promise<void> {
-    const result = await this.api.decideApproval(approvalId, decision);
+  /** Attach a Jupyter file (read by the server) to the next message; false on failure. */
+  async attach(path: string): Promise<boolean> {
+    this.set({ ...this._value, attaching: true, error: null });
+    const problem = await this._attach(path);
+    this.set({ ...this._value, attaching: false, error: problem ?? this._value.error });
+    return problem === null;
+  }
+
+  /** Take a file off the next message. */
+  detach(artifactId: string): void {
+    this.set({
+      ...this._value,
+      attachments: this._value.attachments.filter(a => a.artifactId !== artifactId)
+    });
+  }
+
+  private async _attach(path: string): Promise<string | null> {
+    const result = await readJupyterFile(this.api, path);
+    if (!result.ok) {
+      return result.message;
+    }
+    const file = result.value;
+    const others = this._value.attachments.filter(a => a.artifactId !== file.artifactId);
+    if (others.length >= MAX_ATTACHMENTS) {
+      return `A message can carry at most ${MAX_ATTACHMENTS} files.`;
+    }
+    this.set({ ...this._value, attachments: [...others, file] });
+    return null;
+  }
+
+  async decide(approvalId: string, decision: Decision): Promise<void> {
+    const result =
+      decision === 'allow_conversation'
+        ? await this.api.decideApproval(approvalId, 'approve', 'conversation')
+        : await this.api.decideApproval(approvalId, decision);
     // The card resolves from the `approval.decided` event, for every viewer alike.
     this.set({ ...this._value, error: result.ok ? null : result.message });
   }
@@ -356,6 +417,42 @@ export class PanelModel extends Observable<IPanelSnapshot> {
     }
     const ok = await model.send(text, 'message');
     return ok ? null : model.getSnapshot().error;
+  }
+
+  /**
+   * "Attach to Kaizen" from the file browser: the file goes onto the next message of the open
+   * conversation, or of a new private one with the default agent. Null when attached, else a
+   * member-safe sentence (also shown in the panel).
+   */
+  async attachFile(path: string): Promise<string | null> {
+    const model = await this._openOrStart(path.split('/').pop() || 'Attached file');
+    if (typeof model === 'string') {
+      return model;
+    }
+    const ok = await model.attach(path);
+    return ok ? null : model.getSnapshot().error;
+  }
+
+  private async _openOrStart(title: string): Promise<ConversationModel | string> {
+    const open = this.conversationModel(this._value.selectedId);
+    if (open) {
+      return open;
+    }
+    if (this._value.agents.phase !== 'ready') {
+      await this.refresh();
+    }
+    const agents = this._value.agents.phase === 'ready' ? this._value.agents.value : [];
+    const preferred = this.preferences.getSnapshot().defaultAgent;
+    const agent = agents.find(a => a.id === preferred) ?? agents[0];
+    if (!agent) {
+      const message = 'No agent is available to attach the file to.';
+      this.reportError(message);
+      return message;
+    }
+    if (!(await this.create(agent.id, false, title))) {
+      return this._value.error ?? 'Kaizen could not start a conversation.';
+    }
+    return this.conversationModel(this._value.selectedId) ?? 'Kaizen could not open the conversation.';
   }
 
   select(id: string | null): void {

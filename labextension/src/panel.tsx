@@ -9,6 +9,7 @@ import { KaizenApi } from './api';
 import { ChatView } from './components/ChatView';
 import { ConversationList } from './components/ConversationList';
 import { ICodeActions } from './components/Markdown';
+import { IJupyterHost, JupyterHostContext } from './jupyterHost';
 import { ConsoleLauncher } from './kernelConsole';
 import { PanelModel } from './model';
 import { NotebookToolsContext } from './notebook/context';
@@ -87,6 +88,7 @@ export class KaizenPanel extends ReactWidget {
     launchConsole?: ConsoleLauncher;
     model?: PanelModel;
     notebookEditor?: INotebookEditor | null;
+    host?: IJupyterHost;
   }) {
     super();
     this.model = options.model ?? new PanelModel(options.api);
@@ -94,6 +96,7 @@ export class KaizenPanel extends ReactWidget {
     this._codeActions = options.codeActions;
     this._launchConsole = options.launchConsole;
     this._notebookTools = { api: this.model.api, editor: options.notebookEditor ?? null };
+    this._host = options.host ?? { currentFolder: () => '' };
     this.addClass('jp-Kaizen-panel');
   }
 
@@ -102,12 +105,14 @@ export class KaizenPanel extends ReactWidget {
   protected render(): JSX.Element {
     return (
       <NotebookToolsContext.Provider value={this._notebookTools}>
+      <JupyterHostContext.Provider value={this._host}>
         <KaizenApp
           model={this.model}
           rendermime={this._rendermime}
           codeActions={this._codeActions}
           launchConsole={this._launchConsole}
         />
+      </JupyterHostContext.Provider>
       </NotebookToolsContext.Provider>
     );
   }
@@ -124,4 +129,5 @@ export class KaizenPanel extends ReactWidget {
   private readonly _codeActions: ICodeActions;
   private readonly _launchConsole?: ConsoleLauncher;
   private readonly _notebookTools: { api: KaizenApi; editor: INotebookEditor | null };
+  private readonly _host: IJupyterHost;
 }

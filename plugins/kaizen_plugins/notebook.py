@@ -2,7 +2,7 @@
 context, its kernel with their permission, and edits they review cell by cell.
 
 Every tool acts only on a notebook *attached to the message this run answers*: the turn's
-admitted resources (``ctx.services["resources"]``, pinned at acceptance and bound into the
+admitted resources (``ctx.services.resources``, pinned at acceptance and bound into the
 bundle's resource digest). A path or id in the arguments only chooses among those; it grants
 nothing (R-456-style: the model cannot add a notebook). The pinned bytes are fetched as the
 member may read them now and checked against the pinned digest, as run_code does.

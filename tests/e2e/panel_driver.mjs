@@ -8,7 +8,9 @@
 //      persistent run_code kernel as a JupyterLab console, against a server with kernels;
 //      'artifacts': the artifacts pane, with KAIZEN_E2E_FAKE_URL the fake model's root URL;
 //      'generation': run_code generation placeholders and the chat canvas, against a server
-//      with kernels)
+//      with kernels; 'memberfiles': a CSV attached from the file browser read by run_code,
+//      @path completion, "Save to Jupyter folder…" and "Allow for this conversation", against
+//      a server with kernels and sales.csv in its root)
 import fs from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -737,6 +739,146 @@ async function generationAndCanvas(page) {
   return { conversationId };
 }
 
+// A Kaizen REST call from the page, as the panel makes it (token + XSRF).
+async function kaizenCall(page, method, path, body) {
+  return page.evaluate(
+    async ({ base, method, path, body }) => {
+      const xsrf = document.cookie.match(/_xsrf=([^;]+)/)?.[1] ?? '';
+      const token = JSON.parse(document.getElementById('jupyter-config-data').textContent).token;
+      const response = await fetch(`${base}kaizen/api/${path}`, {
+        method,
+        headers: {
+          'Content-Type': 'application/json',
+          'X-XSRFToken': decodeURIComponent(xsrf),
+          ...(token ? { Authorization: `token ${token}` } : {})
+        },
+        body: body === undefined ? undefined : JSON.stringify(body)
+      });
+      return { status: response.status, body: await response.json().catch(() => null) };
+    },
+    { base, method, path, body }
+  );
+}
+
+async function committedAnswer(page, text) {
+  await page.waitForFunction(
+    text => [...document.querySelectorAll('.jp-Kaizen-answer[data-committed="true"]')].some(n => n.textContent.includes(text)),
+    text,
+    { timeout: TIMEOUT }
+  );
+}
+
+// The member's files (issue 13): "Attach to Kaizen" on sales.csv in JupyterLab's file browser
+// puts it on the next message; the scripted model's run_code reads it by name; the answer and
+// the tool's result carry the total. Then @path completion attaches it again, the generated
+// file is saved into the Jupyter folder (and overwritten only when asked), and a run_code card
+// is approved "for this conversation": the next call runs without one until it is revoked.
+async function memberFiles(page) {
+  await page.waitForFunction(
+    () => document.querySelectorAll('.jp-Kaizen-newChat select option').length > 0,
+    null,
+    { timeout: TIMEOUT }
+  );
+  await page.locator('.jp-Kaizen-newChat select').selectOption('general');
+  await page.locator('.jp-Kaizen-newChat input[placeholder="New conversation"]').fill('Sales chat');
+  await page.getByRole('button', { name: 'New chat' }).click();
+  await page.locator('.jp-Kaizen-feed[data-phase="live"]').waitFor({ timeout: TIMEOUT });
+  const conversationId = await page.locator('.jp-Kaizen-chat').getAttribute('data-conversation-id');
+
+  // 1. The file browser's context menu on sales.csv.
+  const item = page.locator('.jp-DirListing-item').filter({
+    has: page.locator('.jp-DirListing-itemText', { hasText: /^sales\.csv$/ })
+  });
+  await item.waitFor({ timeout: TIMEOUT });
+  await item.click({ button: 'right' });
+  await page.locator('.lm-Menu-item').filter({ hasText: 'Attach to Kaizen' }).click();
+  const chip = page.locator('.jp-Kaizen-attachment[data-path="sales.csv"]');
+  await chip.waitFor({ timeout: TIMEOUT });
+  const chipText = (await chip.locator('.jp-Kaizen-attachmentName').textContent()).trim();
+  await page.screenshot({ path: path.join(shots, 'panel-file-attached.png') });
+  log('file-attached', { chip: chipText });
+
+  // 2. The question; the scripted run_code reads sales.csv by name.
+  await send(page, 'How many units were sold in total?');
+  await committedAnswer(page, '42 units were sold in total');
+  const tool = page.locator('.jp-Kaizen-tool[data-tool="run_code"]').first();
+  await tool.locator('summary').first().click();
+  const toolText = await tool.locator('.jp-Kaizen-toolDetail').textContent();
+  const chipsAfter = await page.locator('.jp-Kaizen-attachment').count();
+  await page.screenshot({ path: path.join(shots, 'panel-file-answer.png') });
+  log('file-answered', {
+    answer: (await page.locator('.jp-Kaizen-answer[data-committed="true"] .jp-Kaizen-markdown').last().textContent()).trim(),
+    toolSaysTotal: toolText.includes('TOTAL=42'),
+    chipsAfter
+  });
+
+  // 3. Save the generated units.csv into the Jupyter folder; no silent overwrite.
+  await page.getByRole('tab', { name: /^Artifacts/ }).click();
+  const listed = page.locator('.jp-Kaizen-artifactList:not(.jp-Kaizen-generationList) .jp-Kaizen-artifactItem').filter({ hasText: 'units.csv' });
+  await listed.waitFor({ timeout: TIMEOUT });
+  await listed.click();
+  await page.getByRole('button', { name: 'Save to Jupyter folder…' }).click();
+  const field = page.locator('.jp-Kaizen-saveForm input');
+  const proposed = await field.inputValue();
+  await field.fill('units-copy.csv');
+  await page.locator('.jp-Kaizen-saveForm').getByRole('button', { name: 'Save' }).click();
+  const saved = page.locator('.jp-Kaizen-saved');
+  await saved.waitFor({ timeout: TIMEOUT });
+  const savedPath = await saved.getAttribute('data-path');
+  await page.getByRole('button', { name: 'Save to Jupyter folder…' }).click();
+  await field.fill('units-copy.csv');
+  await page.locator('.jp-Kaizen-saveForm').getByRole('button', { name: 'Save' }).click();
+  const exists = page.locator('.jp-Kaizen-saveForm .jp-Kaizen-error');
+  await exists.waitFor({ timeout: TIMEOUT });
+  const existsText = (await exists.textContent()).trim();
+  await page.screenshot({ path: path.join(shots, 'panel-save-exists.png') });
+  await page.locator('.jp-Kaizen-overwrite').click();
+  await saved.waitFor({ timeout: TIMEOUT });
+  log('saved-to-jupyter', { proposed, savedPath, existsText });
+  await page.getByRole('tab', { name: 'Conversation' }).click();
+
+  // 4. @path completion, and "Allow for this conversation" on the run_code card.
+  const settings = await kaizenCall(page, 'PUT', 'members/me/settings', { approval_mode: 'always_ask' });
+  if (settings.status !== 200) {
+    throw new Error(`settings answered ${settings.status}`);
+  }
+  const box = page.locator('.jp-Kaizen-textarea');
+  await box.focus();
+  await box.pressSequentially('count the units again in @sal');
+  const option = page.locator('.jp-Kaizen-pathOption[data-path="sales.csv"]');
+  await option.waitFor({ timeout: TIMEOUT });
+  await box.press('Tab');
+  await chip.waitFor({ timeout: TIMEOUT });
+  const completed = await box.inputValue();
+  await box.press('Enter');
+  await page.waitForFunction(
+    () => document.querySelector('.jp-Kaizen-textarea')?.value === '',
+    null,
+    { timeout: TIMEOUT }
+  );
+  const allow = page.getByRole('button', { name: 'Allow for this conversation' });
+  await allow.waitFor({ timeout: TIMEOUT });
+  await page.screenshot({ path: path.join(shots, 'panel-allow-card.png') });
+  await allow.click();
+  await committedAnswer(page, 'Still 42 units');
+  const grant = page.locator('.jp-Kaizen-grant[data-tool="run_code"]');
+  await grant.waitFor({ timeout: TIMEOUT });
+  const decidedText = (await page.locator('.jp-Kaizen-decision').last().textContent()).trim();
+  log('allowed', { completed, decidedText });
+
+  // The next run_code call needs no card.
+  const cardsBefore = await page.locator('.jp-Kaizen-approval').count();
+  await send(page, 'and once more');
+  await committedAnswer(page, '42, once more');
+  const cardsAfter = await page.locator('.jp-Kaizen-approval').count();
+  await page.screenshot({ path: path.join(shots, 'panel-allowed-here.png') });
+  await grant.getByRole('button').click();
+  await grant.waitFor({ state: 'detached', timeout: TIMEOUT });
+  log('grant-used-and-revoked', { cardsBefore, cardsAfter });
+  await kaizenCall(page, 'PUT', 'members/me/settings', { approval_mode: 'never_ask' });
+  return { conversationId };
+}
+
 // A gate on the pane's artifact-listing requests: after hold(), each waits until release().
 // (It stays routed for the page's life: unrouting right after a release raced the held
 // requests' own continue, which then failed with "Route is already handled!".)
@@ -839,6 +981,12 @@ try {
     log('done', {});
   } else if (scenario === 'generation') {
     const result = await generationAndCanvas(page);
+    if (errors.length) {
+      throw new Error(`page errors: ${errors.join(' | ').slice(0, 500)}`);
+    }
+    log('done', result);
+  } else if (scenario === 'memberfiles') {
+    const result = await memberFiles(page);
     if (errors.length) {
       throw new Error(`page errors: ${errors.join(' | ').slice(0, 500)}`);
     }

@@ -281,8 +281,33 @@ print("wrote the summary")
 GENERATED_TARGETS = ["summary.csv", "charts/plot.png"]
 GENERATED_ANSWER = "The summary is ready; the chart is on screen."
 
+# The member's file, attached from the file browser: run_code reads it by its own name with
+# the csv module (no pandas needed) and writes a summary the Artifacts pane can save back.
+SALES_CSV = "region,units\nnorth,12\nsouth,30\n"
+SUM_SALES = """
+import csv
+with open("sales.csv", newline="") as f:
+    rows = list(csv.DictReader(f))
+total = sum(int(r["units"]) for r in rows)
+with open("units.csv", "w") as out:
+    out.write(f"total\\n{total}\\n")
+print(f"TOTAL={total}")
+"""
+
+
+def _run_code_call(code: str, targets: list[str]) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "run_code", "arguments": {
+        "code": code, "language": "python", "artifact_targets": targets}}]}
+
+
 # The kernel server's model: one conversation per test, each with its own message.
 KERNEL_SCRIPTS: list[dict[str, Any]] = [
+    {"match": "How many units were sold in total?", "responses": [
+        _run_code_call(SUM_SALES, ["units.csv"]), {"text": "42 units were sold in total."}]},
+    {"match": "count the units again", "responses": [
+        _run_code_call(SUM_SALES, []), {"text": "Still 42 units."}]},
+    {"match": "and once more", "responses": [
+        _run_code_call("print(6 * 7)", []), {"text": "42, once more."}]},
     {"match": "keep x in the kernel", "responses": [
         {"tool_calls": [{"name": "run_code", "arguments": {
             "code": "x = 41", "language": "python", "persistent": True,
@@ -445,4 +470,57 @@ def test_panel_generation_placeholders_and_chat_canvas(
     assert reloaded["canvas"] == _shown(canvas), report
     for shot in ("panel-generating.png", "panel-generated.png", "panel-canvas.png",
                  "panel-canvas-reloaded.png", "panel-generated-reloaded.png"):
+        assert (shots / shot).exists(), shot
+
+
+@pytest.mark.rule("R-454", "R-455", "R-223")
+@pytest.mark.timeout(300)
+def test_panel_attaches_a_csv_from_the_file_browser_and_run_code_reads_it(
+        node: str, kernel_lab_server: ServerProcess, tmp_path: Path) -> None:
+    """Issue 13 in a real browser, with the scripted model. "Attach to Kaizen" on sales.csv in
+    JupyterLab's file browser makes a chip (the server read the file through its
+    ContentsManager); the question's run_code reads ``sales.csv`` by name with the csv module,
+    and the panel shows the answer and the tool's own output with the total. The generated
+    units.csv is saved into the Jupyter folder, and refused over an existing file until
+    "Overwrite". ``@sal`` completes to the file and attaches it; "Allow for this conversation"
+    on the run_code card lets the next call run without one, until the grant is revoked."""
+    root = Path(kernel_lab_server.env["JUPYTER_DATA_DIR"]).parent
+    (root / "sales.csv").write_text(SALES_CSV)
+    shots = Path(os.environ.get("KAIZEN_E2E_SCREENSHOTS", tmp_path / "screenshots"))
+    shots.mkdir(parents=True, exist_ok=True)
+    steps, report = _run_driver(node, kernel_lab_server, shots, "memberfiles")
+
+    assert steps["file-attached"]["chip"] == "sales.csv", report
+    answered = steps["file-answered"]
+    assert answered["answer"] == "42 units were sold in total.", report
+    assert answered["toolSaysTotal"] is True, report  # computed from the CSV, in the panel
+    assert answered["chipsAfter"] == 0, report  # sent: the chip is gone
+
+    saved = steps["saved-to-jupyter"]
+    assert saved["proposed"] == "units.csv" and saved["savedPath"] == "units-copy.csv", report
+    assert "already exists" in saved["existsText"], report
+    assert (root / "units-copy.csv").read_text() == "total\n42\n"
+
+    assert steps["allowed"]["completed"] == "count the units again in @sales.csv ", report
+    assert "for this conversation" in steps["allowed"]["decidedText"], report
+    used = steps["grant-used-and-revoked"]
+    assert used["cardsAfter"] == used["cardsBefore"], report  # no new card for the next call
+
+    conversation_id = steps["done"]["conversationId"]
+    with httpx.Client(base_url=kernel_lab_server.base_url + "kaizen/api/", timeout=30,
+                      headers={"Authorization": f"token {SERVER_TOKEN}"}) as api:
+        events = api.get(f"conversations/{conversation_id}/journal",
+                         params={"limit": 1000}).json()["events"]
+        assert api.get(f"conversations/{conversation_id}/tool-grants").json() == []
+    inputs = [e for e in events if e["type"] == "input.accepted"]
+    # The file went with the first two messages, pinned; never with the third.
+    assert [[a["filename"] for a in e["data"].get("attachments", [])] for e in inputs] == [
+        ["sales.csv"], ["sales.csv"], []]
+    settled = [json.loads(e["data"]["content"]) for e in events
+               if e["type"] == "tool.settled" and e["data"]["name"] == "run_code"]
+    assert [s["stdout"] for s in settled] == ["TOTAL=42\n", "TOTAL=42\n", "42\n"]
+    decided = [e["data"] for e in events if e["type"] == "approval.decided"]
+    assert [d["scope"] for d in decided] == ["conversation"]
+    for shot in ("panel-file-attached.png", "panel-file-answer.png", "panel-save-exists.png",
+                 "panel-allow-card.png", "panel-allowed-here.png"):
         assert (shots / shot).exists(), shot

@@ -222,5 +222,5 @@ async def test_the_contract_tells_the_model_where_the_files_are() -> None:
 
     for text in (run_code.descriptor.description,
                  INPUT_SCHEMA["properties"]["code"]["description"]):
-        assert "may already be on disk" in text
+        assert "in the working directory under their own names" in text
         assert "KAIZEN_SHARED_RESOURCES_MANIFEST" in text

@@ -28,7 +28,11 @@ from kaizen_server_extension.protocol.tools import (
 from kaizen_server_extension.tools.ledger import TurnLedger
 from kaizen_server_extension.tools.metrics import ToolMetrics
 from kaizen_server_extension.tools.pipeline import ToolPipeline
-from kaizen_server_extension.tools.ports import ApprovalModeResolver, ArgumentValidator
+from kaizen_server_extension.tools.ports import (
+    ApprovalModeResolver,
+    ArgumentValidator,
+    AuthorityCheck,
+)
 from kaizen_server_extension.tools.types import RegisteredTool, RoomClass, ToolDescriptor
 
 BUNDLE = AuthorityBundle(
@@ -198,6 +202,7 @@ def harness(
     projection_limit: int = 16_000,
     validator: ArgumentValidator | None = json_object,
     modes: ApprovalModeResolver | None = None,
+    authority: AuthorityCheck | None = None,
 ) -> Harness:
     """A pipeline over in-memory ports; ``validator=None`` keeps the pipeline's default (the
     schema module's)."""
@@ -216,7 +221,7 @@ def harness(
     pipeline = ToolPipeline(
         tools=by_name,
         ceiling=ceiling if ceiling is not None else list(by_name),
-        authority=FixedBundleAuthority(BUNDLE),
+        authority=authority if authority is not None else FixedBundleAuthority(BUNDLE),
         permissions=permissions,
         approval_modes=modes if modes is not None else FixedApprovalMode(mode),
         approvals=store,

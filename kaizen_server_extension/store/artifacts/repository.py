@@ -126,7 +126,7 @@ class WriteContext:
 
 
 class ArtifactStore:
-    """``ctx.services["artifacts"]``: every artifact read and write, as one member."""
+    """``ctx.services.artifacts.store``: every artifact read and write, as one member."""
 
     def __init__(self, store: Store) -> None:
         self.store = store

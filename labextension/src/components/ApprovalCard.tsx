@@ -1,18 +1,25 @@
 /**
  * An approval request: tool, capability, arguments as readable key/value lines, the
- * arguments digest, and Approve / Deny for the member who may decide. Resolves live for
- * every viewer from the `approval.decided` event.
+ * arguments digest, and Approve / Deny for the member who may decide — plus "Allow for this
+ * conversation" for a write tool (a sensitive one asks every time). Resolves live for every
+ * viewer from the `approval.decided` event.
  */
 import React, { useState } from 'react';
 
 import { argumentLines, IApprovalView } from '../journal';
+import { Decision } from '../model';
+
+/** Only a write tool can be allowed for the rest of a conversation (the server's rule too). */
+export function canAllowForConversation(approval: IApprovalView): boolean {
+  return approval.capability === 'write';
+}
 
 export interface IApprovalCardProps {
   approval: IApprovalView;
   /** Whether the viewer may decide (the run's initiating member). */
   canDecide: boolean;
   owner: string;
-  onDecide: (approvalId: string, decision: 'approve' | 'deny') => Promise<void>;
+  onDecide: (approvalId: string, decision: Decision) => Promise<void>;
 }
 
 export function ApprovalCard(props: IApprovalCardProps): JSX.Element {
@@ -20,7 +27,7 @@ export function ApprovalCard(props: IApprovalCardProps): JSX.Element {
   const [busy, setBusy] = useState(false);
   const lines = argumentLines(approval.arguments);
   const decided = approval.decision !== undefined;
-  const decide = (decision: 'approve' | 'deny'): void => {
+  const decide = (decision: Decision): void => {
     setBusy(true);
     void onDecide(approval.approvalId, decision).finally(() => setBusy(false));
   };
@@ -61,6 +68,7 @@ export function ApprovalCard(props: IApprovalCardProps): JSX.Element {
       {decided ? (
         <p className="jp-Kaizen-decision" data-decision={approval.decision}>
           {approval.decision === 'approved' ? 'Approved' : 'Denied'}
+          {approval.scope === 'conversation' ? ' for this conversation' : ''}
           {approval.decidedBy ? ` by ${approval.decidedBy}` : ''}.
         </p>
       ) : canDecide ? (
@@ -73,6 +81,17 @@ export function ApprovalCard(props: IApprovalCardProps): JSX.Element {
           >
             Approve
           </button>
+          {canAllowForConversation(approval) && (
+            <button
+              type="button"
+              className="jp-Button jp-mod-styled jp-Kaizen-secondary jp-Kaizen-allowHere"
+              disabled={busy}
+              title={`Run ${approval.tool} without asking again in this conversation (you can revoke it)`}
+              onClick={() => decide('allow_conversation')}
+            >
+              Allow for this conversation
+            </button>
+          )}
           <button
             type="button"
             className="jp-Button jp-mod-styled jp-mod-reject"

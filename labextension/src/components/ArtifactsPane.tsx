@@ -6,6 +6,7 @@
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import React, { useMemo, useSyncExternalStore } from 'react';
 
+import { KaizenApi } from '../api';
 import { formatSize, IArtifact, kindLabel } from '../artifacts';
 import {
   ArtifactsModel,
@@ -16,6 +17,7 @@ import {
 } from '../artifactsModel';
 import { IConversationState } from '../journal';
 import { ArtifactPreview } from './ArtifactPreview';
+import { SaveToJupyter } from './SaveToJupyter';
 
 export interface IArtifactsPaneProps {
   model: ArtifactsModel;
@@ -23,9 +25,17 @@ export interface IArtifactsPaneProps {
   journal: IConversationState;
   rendermime: IRenderMimeRegistry;
   me: string | null;
+  /** With it, the member's own artifacts can be saved into the Jupyter folder. */
+  api?: KaizenApi;
 }
 
-export function ArtifactsPane({ model, journal, rendermime, me }: IArtifactsPaneProps): JSX.Element {
+export function ArtifactsPane({
+  model,
+  journal,
+  rendermime,
+  me,
+  api
+}: IArtifactsPaneProps): JSX.Element {
   const state = useSyncExternalStore(model.subscribe, model.getSnapshot);
   const { list, selectedId, view } = state;
   const artifacts = list.phase === 'ready' ? list.value : [];
@@ -131,6 +141,9 @@ export function ArtifactsPane({ model, journal, rendermime, me }: IArtifactsPane
                 >
                   {state.downloading ? 'Downloading…' : 'Download'}
                 </button>
+                {api && shown.owner === me && (
+                  <SaveToJupyter key={`${shown.id}-${shown.version}`} api={api} artifact={shown} />
+                )}
               </div>
               <p className="jp-Kaizen-artifactMeta">
                 {kindLabel(shown)} · {formatSize(shown.size)} · by{' '}

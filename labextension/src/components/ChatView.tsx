@@ -26,8 +26,10 @@ import {
   usageSummary
 } from '../journal';
 import { ArtifactsModel } from '../artifactsModel';
+import { GrantsModel } from '../grants';
+import { listFolder } from '../jupyterFiles';
 import { ConsoleLauncher, KernelConsoleModel } from '../kernelConsole';
-import { ConversationModel, IPanelPreferences } from '../model';
+import { ConversationModel, Decision, IPanelPreferences } from '../model';
 import { INotebookState, IProposalView } from '../notebook/edits';
 import { ArtifactsPane } from './ArtifactsPane';
 import { Composer } from './Composer';
@@ -35,6 +37,7 @@ import { KernelConsoleButton } from './KernelConsoleButton';
 import { NotebookBar } from './NotebookBar';
 import { ICodeActions } from './Markdown';
 import { RunView } from './RunView';
+import { ToolGrants } from './ToolGrants';
 
 export interface IChatViewProps {
   model: ConversationModel;
@@ -54,7 +57,7 @@ export function ChatView(props: IChatViewProps): JSX.Element {
   const { model, me, agentName, agentNames, preferences, rendermime, codeActions, onBack } = props;
   const { launchConsole } = props;
   const snapshot = useSyncExternalStore(model.subscribe, model.getSnapshot);
-  const { journal, feed, error, sending } = snapshot;
+  const { journal, feed, error, sending, attachments, attaching } = snapshot;
   const runs = transcriptRuns(journal);
   const queue = queuedRuns(journal);
   const active = activeRun(journal);
@@ -85,6 +88,27 @@ export function ChatView(props: IChatViewProps): JSX.Element {
     void artifacts.refresh();
   }, [artifacts, journal.artifactSeq]);
   const [tab, setTab] = useState<'conversation' | 'artifacts'>('conversation');
+
+  // "Allow for this conversation": loaded on open, again when a card is so decided.
+  const grants = useMemo(() => new GrantsModel(model.api, conversation.id), [model, conversation.id]);
+  const allowedHere = useMemo(
+    () =>
+      journal.runOrder.reduce(
+        (n, id) => n + journal.runs[id].approvals.filter(a => a.scope === 'conversation').length,
+        0
+      ),
+    [journal]
+  );
+  useEffect(() => {
+    void grants.refresh();
+  }, [grants, allowedHere]);
+  const folders = useCallback(
+    async (folder: string) => {
+      const listed = await listFolder(model.api.settings, folder);
+      return listed.ok ? listed.value : [];
+    },
+    [model]
+  );
   const artifactCount =
     artifactState.list.phase === 'ready' ? artifactState.list.value.length : null;
 
@@ -96,7 +120,7 @@ export function ChatView(props: IChatViewProps): JSX.Element {
 
   const onCancel = useCallback((runId: string) => void model.cancel(runId), [model]);
   const onDecide = useCallback(
-    (id: string, decision: 'approve' | 'deny') => model.decide(id, decision),
+    (id: string, decision: Decision) => model.decide(id, decision),
     [model]
   );
   const headingRef = useRef<HTMLHeadingElement>(null);
@@ -140,6 +164,7 @@ export function ChatView(props: IChatViewProps): JSX.Element {
         {launchConsole && <KernelConsoleButton model={kernelConsole} launch={launchConsole} />}
         <FeedIndicator phase={feed.phase} onReconnect={() => model.reconnect()} />
       </div>
+      <ToolGrants model={grants} />
       {(feed.phase === 'failed' || feed.phase === 'reconnecting') && (
         <p className="jp-Kaizen-error" role="alert">
           {feed.message}
@@ -158,7 +183,13 @@ export function ChatView(props: IChatViewProps): JSX.Element {
         aria-labelledby={`kaizen-tab-artifacts-${conversation.id}`}
         hidden={tab !== 'artifacts'}
       >
-        <ArtifactsPane model={artifacts} journal={journal} rendermime={rendermime} me={me} />
+        <ArtifactsPane
+          model={artifacts}
+          journal={journal}
+          rendermime={rendermime}
+          me={me}
+          api={model.api}
+        />
       </div>
       <div
         className="jp-Kaizen-transcript"
@@ -260,6 +291,11 @@ export function ChatView(props: IChatViewProps): JSX.Element {
         disabled={feed.phase === 'failed' && journal.lastSeq === 0}
         sendKey={preferences.sendKey}
         onSend={(text, kind) => model.send(text, kind)}
+        attachments={attachments}
+        attaching={attaching}
+        onDetach={id => model.detach(id)}
+        listFolder={folders}
+        onAttach={path => void model.attach(path)}
       />
       <div className="jp-Kaizen-srOnly" aria-live="polite" aria-atomic="true" role="status">
         {journal.announcement ? `Answer: ${speakable(journal.announcement.text)}` : ''}

@@ -6,6 +6,7 @@ import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import React from 'react';
 
 import { IRunView, isTerminal, runUsage, usageSummary } from '../journal';
+import { Decision } from '../model';
 import { IProposalView } from '../notebook/edits';
 import { ApprovalCard } from './ApprovalCard';
 import { Spinner } from './Elapsed';
@@ -21,7 +22,7 @@ export interface IRunProps {
   /** Agent ids to display names. */
   agentName?: (agentId: string) => string;
   onCancel: (runId: string) => void;
-  onDecide: (approvalId: string, decision: 'approve' | 'deny') => Promise<void>;
+  onDecide: (approvalId: string, decision: Decision) => Promise<void>;
   /** This run's notebook edit proposals (journal), shown as review cards. */
   proposals?: readonly IProposalView[];
 }

@@ -1,0 +1,156 @@
+"""REST between the member's artifacts and the Jupyter contents tree (``jupyter_files.py``).
+
+* ``POST jupyter-files`` ``{path}`` reads one file through the server's ContentsManager into
+  an artifact the caller owns (a new version when the bytes changed) and answers it; the
+  panel then attaches its id to a message (``attachments``), which pins that version and
+  projects it read-only into run_code's working directory under the file's own name.
+* ``POST artifacts/{id}/save-to-jupyter`` ``{path, version?, overwrite?}`` writes one version
+  of an artifact the caller owns into the contents tree, never over an existing file unless
+  ``overwrite`` is true.
+
+Both need the Jupyter server's own permission for ``contents`` (its Authorizer) besides
+Kaizen's, and follow the path rules of ``jupyter_files.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from tornado import web
+
+from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.jupyter_files import MAX_PATH_CHARS, JupyterFiles
+from kaizen_server_extension.protocol.errors import Forbidden
+from kaizen_server_extension.store.artifacts.repository import ArtifactStore
+from kaizen_server_extension.store.jupyter_files import JupyterFileCopies
+
+log = logging.getLogger("kaizen.api")
+
+ARTIFACT_ID = r"[^/]{1,128}"
+ContentsPath = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH_CHARS)]
+
+
+class ReadJupyterFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: ContentsPath = Field(description="API path relative to the Jupyter server's root, "
+                                           "as the file browser shows it")
+
+
+class SaveToJupyter(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: ContentsPath = Field(description="Where to write, relative to the Jupyter server's "
+                                           "root; the folder must exist")
+    version: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="The version to write; the latest when omitted")
+    overwrite: bool = Field(False, description="Replace an existing file (else 409 "
+                                               "file_exists)")
+
+
+class _ContentsHandler(KaizenHandler):
+    def _files(self, action: str) -> JupyterFiles:
+        # Kaizen's own permission was checked in prepare(); the Jupyter server's for its
+        # contents is the operator's word on who may touch the files (e.g. read-only users).
+        if not self.authorizer.is_authorized(self, self.current_user, action, "contents"):
+            raise Forbidden("You are not allowed to use this Jupyter server's files.",
+                            code="contents_forbidden")
+        return JupyterFiles(self.contents_manager, max_bytes=self.kaizen.jupyter_file_max_bytes)
+
+
+class JupyterFilesHandler(_ContentsHandler):
+    @web.authenticated
+    async def post(self) -> None:
+        body = self.parse_body(ReadJupyterFile, limit=16 * 1024)
+        file = await self._files("read").read(body.path)
+        record, reused = await JupyterFileCopies(self.kaizen.store).keep(
+            self.member, file.path, file.name, file.content, file.media_type)
+        self.write_json({"path": file.path, "reused": reused, "artifact": record.public()},
+                        status=200 if reused else 201)
+
+
+class SaveToJupyterHandler(_ContentsHandler):
+    @web.authenticated
+    async def post(self, artifact_id: str) -> None:
+        body = self.parse_body(SaveToJupyter, limit=16 * 1024)
+        files = self._files("write")
+        record = await ArtifactStore(self.kaizen.store).resolve(
+            self.member, artifact_id, version=body.version)
+        if record.owner != self.member:
+            raise Forbidden("Only the artifact's owner can save it into the Jupyter folder; "
+                            "download it instead.", code="not_owner")
+        saved = await files.write(body.path, record.content, overwrite=body.overwrite)
+        log.info("artifact %s v%d saved into the Jupyter contents tree", record.artifact_id,
+                 record.version)
+        self.write_json({"path": saved.path, "name": saved.name, "size": saved.size,
+                         "overwritten": saved.overwritten, "artifact_id": record.artifact_id,
+                         "version": record.version}, status=201)
+
+
+def jupyter_file_routes(prefix: str) -> list[tuple[str, type[web.RequestHandler]]]:
+    return [
+        (rf"{prefix}/jupyter-files", JupyterFilesHandler),
+        (rf"{prefix}/artifacts/({ARTIFACT_ID})/save-to-jupyter", SaveToJupyterHandler),
+    ]
+
+
+def jupyter_files_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
+    """(paths, component schemas) for ``api/openapi.py``."""
+    error = {"$ref": "#/components/schemas/Error"}
+
+    def errors(*codes: int) -> dict[str, Any]:
+        text = {400: "invalid_path (absolute, '.' or '..', empty segment), not_a_file, "
+                     "malformed JSON",
+                401: "Not authenticated",
+                403: "hidden_path, outside_root (a symlink out of the root), "
+                     "contents_forbidden, not_owner",
+                404: "file_not_found, folder_not_found, artifact_not_found",
+                409: "file_exists (no overwrite), not_a_file",
+                413: "file_too_large (names KAIZEN_JUPYTER_FILE_MAX_BYTES)",
+                422: "Schema violation"}
+        return {str(c): {"description": text[c], "content": {"application/json": {
+            "schema": error}}} for c in (401, *codes)}
+
+    def body(name: str) -> dict[str, Any]:
+        return {"required": True, "content": {"application/json": {
+            "schema": {"$ref": f"#/components/schemas/{name}"}}}}
+
+    read = {"type": "object", "required": ["path", "reused", "artifact"],
+            "properties": {"path": {"type": "string"}, "reused": {"type": "boolean"},
+                           "artifact": {"$ref": "#/components/schemas/Artifact"}}}
+    saved = {"type": "object",
+             "required": ["path", "name", "size", "overwritten", "artifact_id", "version"],
+             "properties": {"path": {"type": "string"}, "name": {"type": "string"},
+                            "size": {"type": "integer"}, "overwritten": {"type": "boolean"},
+                            "artifact_id": {"type": "string"},
+                            "version": {"type": "integer"}}}
+    paths = {
+        "/kaizen/api/jupyter-files": {"post": {
+            "summary": "Read a file of the Jupyter contents tree (through the server's "
+                       "ContentsManager) into an artifact the caller owns, ready to attach "
+                       "to a message; unchanged bytes reuse the latest version",
+            "operationId": "readJupyterFile", "requestBody": body("ReadJupyterFile"),
+            "responses": {
+                "201": {"description": "Stored as a new version", "content": {
+                    "application/json": {"schema": read}}},
+                "200": {"description": "Unchanged: the latest version", "content": {
+                    "application/json": {"schema": read}}},
+                **errors(400, 403, 404, 413, 422)}}},
+        "/kaizen/api/artifacts/{artifact_id}/save-to-jupyter": {"post": {
+            "summary": "Write one version of an artifact the caller owns into the Jupyter "
+                       "contents tree; never over an existing file without overwrite",
+            "operationId": "saveArtifactToJupyter",
+            "parameters": [{"name": "artifact_id", "in": "path", "required": True,
+                            "schema": {"type": "string"}}],
+            "requestBody": body("SaveToJupyter"),
+            "responses": {"201": {"description": "Written", "content": {
+                "application/json": {"schema": saved}}},
+                **errors(400, 403, 404, 409, 422)}}},
+    }
+    components = {
+        "ReadJupyterFile": ReadJupyterFile.model_json_schema(),
+        "SaveToJupyter": SaveToJupyter.model_json_schema(),
+    }
+    return paths, components
