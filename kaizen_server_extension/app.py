@@ -404,7 +404,8 @@ class KaizenApp(ExtensionApp):
         self.kaizen.tools.attach_notebooks(NotebookService(
             self.kaizen.store, contents_manager=serverapp.contents_manager,
             session_manager=serverapp.session_manager,
-            kernel_manager=serverapp.kernel_manager))
+            kernel_manager=serverapp.kernel_manager,
+            max_bytes=self.kaizen.jupyter_file_max_bytes))
         await self.kaizen.lanes.start()
         default_run_metrics().start_sampler(
             self.kaizen.store, self.kaizen.settings.KAIZEN_METRICS_INTERVAL_SECONDS)

@@ -25,6 +25,7 @@ from typing import Any
 
 from jupyter_core.utils import ensure_async
 
+from kaizen_server_extension.jupyter_files import JupyterFiles
 from kaizen_server_extension.notebooks.document import (
     NOTEBOOK_MEDIA_TYPE,
     NotebookDocument,
@@ -32,7 +33,9 @@ from kaizen_server_extension.notebooks.document import (
 )
 from kaizen_server_extension.notebooks.probe import ProbeFailed, ProbeLimits, run_probe
 from kaizen_server_extension.notebooks.store import NotebookStore
-from kaizen_server_extension.store.artifacts.repository import MAX_FILE_BYTES, ArtifactStore
+from kaizen_server_extension.protocol.errors import MemberError
+from kaizen_server_extension.store.artifacts.repository import MAX_FILE_BYTES
+from kaizen_server_extension.store.jupyter_files import JupyterFileCopies
 from kaizen_server_extension.store.store import Store
 
 log = logging.getLogger("kaizen.notebooks")
@@ -68,8 +71,10 @@ class AttachedNotebook:
 
 class NotebookService:
     def __init__(self, store: Store, *, contents_manager: Any, session_manager: Any,
-                 kernel_manager: Any, probe_limits: ProbeLimits | None = None) -> None:
+                 kernel_manager: Any, probe_limits: ProbeLimits | None = None,
+                 max_bytes: int = MAX_FILE_BYTES) -> None:
         self.store = store
+        self._max_bytes = max_bytes
         self.records = NotebookStore(store)
         self._contents = contents_manager
         self._sessions = session_manager
@@ -81,27 +86,19 @@ class NotebookService:
     # --- reading the file ---------------------------------------------------------------
 
     async def read(self, path: str) -> bytes:
-        """The notebook's bytes as the ContentsManager has them now."""
+        """The notebook's bytes as the ContentsManager has them now, read under the same
+        rules as any Jupyter file a member attaches (jupyter_files.py: no path outside the
+        root, no hidden file, no link out of the root, the size bound)."""
         if not path.endswith(".ipynb"):
             raise NotebookRefused("Only notebooks (.ipynb files) can be attached here.",
                                   "not_a_notebook")
         try:
-            model = await ensure_async(self._contents.get(path, content=True, type="file",
-                                                          format="text"))
-        except Exception as exc:
-            # The contents manager's 404/403/400 (outside the root, missing, a directory).
-            status = getattr(exc, "status_code", None)
-            if status in (400, 403, 404):
-                raise NotebookRefused("No such notebook.", "notebook_not_found") from None
-            raise
-        text = model.get("content") if isinstance(model, dict) else None
-        if not isinstance(text, str):
-            raise NotebookRefused("No such notebook.", "notebook_not_found")
-        raw = text.encode("utf-8")
-        if len(raw) > MAX_FILE_BYTES:
-            raise NotebookRefused(f"The notebook is larger than {MAX_FILE_BYTES} bytes.",
-                                  "notebook_too_large")
-        return raw
+            file = await JupyterFiles(self._contents, max_bytes=self._max_bytes).read(path)
+        except MemberError as refused:
+            if refused.status == 413:
+                raise NotebookRefused(refused.message, "notebook_too_large") from None
+            raise NotebookRefused("No such notebook.", "notebook_not_found") from None
+        return file.content
 
     async def current(self, path: str) -> NotebookDocument:
         raw = await self.read(path)
@@ -118,8 +115,11 @@ class NotebookService:
             doc = NotebookDocument.parse(raw)
         except NotebookFormatError as exc:
             raise NotebookRefused(str(exc), "not_a_notebook") from None
-        record, reused = await ArtifactStore(self.store).persist_file(
-            member, conversation_id, None, path, raw, NOTEBOOK_MEDIA_TYPE)
+        # The member's one copy of this Jupyter path, as "Attach to Kaizen" keeps it: a
+        # notebook attached twice, or attached both ways, is versions of one artifact. Its
+        # title is the whole path: the notebook tools find the notebook's kernel by it.
+        record, reused = await JupyterFileCopies(self.store).keep(
+            member, path, path, raw, NOTEBOOK_MEDIA_TYPE)
         attached = AttachedNotebook(record.artifact_id, record.version, path, len(doc.cells),
                                     record.digest, reused)
         async with self.store.transaction() as tx:
