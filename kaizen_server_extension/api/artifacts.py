@@ -1,4 +1,4 @@
-"""REST for artifacts (API.md): owner- or exact-room-authorized reads, downloads, rename.
+"""REST for artifacts (API.md): owner- or exact-room-authorized reads, downloads, rename, fork.
 
 Everything another member may not see is 404, never 403 (R-126): the store answers NotFound
 for a foreign root before anything reveals its type.
@@ -14,7 +14,11 @@ from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler
 from kaizen_server_extension.protocol.errors import BadRequest
-from kaizen_server_extension.store.artifacts.repository import ArtifactStore, ArtifactVersionRecord
+from kaizen_server_extension.store.artifacts.repository import (
+    ArtifactStore,
+    ArtifactVersionRecord,
+    WriteContext,
+)
 
 ARTIFACT_ID = r"[^/]{1,128}"
 VERSION = r"[^/]{1,12}"
@@ -28,6 +32,13 @@ class RenameArtifact(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     title: Annotated[str, StringConstraints(min_length=1, max_length=300)]
+
+
+class ForkArtifact(BaseModel):
+    """A fork copies the exact stored bytes: a copy request carries no replacement content,
+    title or envelope field (R-117), so the body, when present, is an empty object."""
+
+    model_config = ConfigDict(extra="forbid", title="ForkArtifact")
 
 
 def _room(handler: KaizenHandler) -> str | None:
@@ -94,6 +105,16 @@ class ArtifactHandler(_ArtifactHandler):
         self.write_json(record.public() | {"title": body.title})
 
 
+class ArtifactForkHandler(_ArtifactHandler):
+    @web.authenticated
+    async def post(self, artifact_id: str) -> None:
+        if self.request.body.strip():
+            self.parse_body(ForkArtifact)
+        record = await self.artifacts.fork(self.member, artifact_id, where=WriteContext(),
+                                           room=_room(self))
+        self.write_json(record.public(), status=201)
+
+
 class ArtifactVersionHandler(_ArtifactHandler):
     @web.authenticated
     async def get(self, artifact_id: str, version: str) -> None:
@@ -119,6 +140,7 @@ def artifact_routes(prefix: str) -> list[tuple[str, type[web.RequestHandler]]]:
         (base, ArtifactsHandler),
         (rf"{base}/({ARTIFACT_ID})", ArtifactHandler),
         (rf"{base}/({ARTIFACT_ID})/download", ArtifactDownloadHandler),
+        (rf"{base}/({ARTIFACT_ID})/fork", ArtifactForkHandler),
         (rf"{base}/({ARTIFACT_ID})/versions/({VERSION})", ArtifactVersionHandler),
         (rf"{base}/({ARTIFACT_ID})/versions/({VERSION})/download",
          ArtifactVersionDownloadHandler),
@@ -160,6 +182,19 @@ def artifact_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
                 "schema": {"$ref": f"#/components/schemas/{body}"}}}}
         return out
 
+    fork_op = op("Copy the visible version into a new artifact the member owns: the exact "
+                 "stored bytes, language and attestation; a governed artifact stays governed "
+                 "and locked (R-117, R-118); the body, if any, must be empty",
+                 "forkArtifact",
+                 {"201": {"description": "The new artifact", "content": {
+                     "application/json": {"schema": artifact}}},
+                  "409": {"description": "The member already has a copy of that exact "
+                                         "version (R-164); the message names it",
+                          "content": {"application/json": {"schema": error}}},
+                  **_errors(error, 400, 404, 422)},
+                 [artifact_id, room])
+    fork_op["requestBody"] = {"required": False, "content": {"application/json": {
+        "schema": {"$ref": "#/components/schemas/ForkArtifact"}}}}
     paths = {
         "/kaizen/api/artifacts": {"get": op(
             "The member's own artifacts, or those bound to one room they participate in",
@@ -184,6 +219,7 @@ def artifact_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
         "/kaizen/api/artifacts/{artifact_id}/download": {"get": op(
             "Download the latest visible version", "downloadArtifact",
             {**binary, **_errors(error, 400, 404)}, [artifact_id, room])},
+        "/kaizen/api/artifacts/{artifact_id}/fork": {"post": fork_op},
         "/kaizen/api/artifacts/{artifact_id}/versions/{version}": {"get": op(
             "One immutable version", "getArtifactVersion",
             {"200": {"description": "Artifact version", "content": {
@@ -209,5 +245,6 @@ def artifact_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
                                     "derived_from": nullable,
                                     "created_at": {"type": "string", "format": "date-time"}}},
         "RenameArtifact": RenameArtifact.model_json_schema(),
+        "ForkArtifact": ForkArtifact.model_json_schema(),
     }
     return paths, components

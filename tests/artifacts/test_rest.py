@@ -119,3 +119,55 @@ def test_rename_is_owner_only_and_refused_for_governed(server: ServerProcess) ->
         download = alice.get(f"artifacts/{governed}/download")
         assert download.headers["content-type"].startswith("application/json")
         assert download.json() == ENVELOPE  # the inert canonical envelope
+
+
+@pytest.mark.rule("R-117", "R-118", "R-126", "R-164")
+def test_fork_copies_exact_bytes_and_refuses_replacement_fields(server: ServerProcess) -> None:
+    with server.client("alice") as alice, server.client("bob") as bob, \
+            server.client("carol") as carol:
+        for client in (alice, bob, carol):
+            assert client.get("agents").status_code == 200
+        room_id = alice.post("conversations",
+                             json={"agent_id": "general", "shared": True}).json()["id"]
+        assert alice.post(f"conversations/{room_id}/participants",
+                          json={"member": "bob"}).status_code == 200
+
+        async def seed(artifacts: ArtifactStore) -> tuple[str, str]:
+            envelope = validate_envelope(ENVELOPE)
+            governed = await artifacts.create_governed(
+                "alice", envelope, attest_trusted_result("call-1", envelope),
+                where=WriteContext(room_id))
+            private = await artifacts.create("alice", title="Diary", kind="markdown",
+                                             content="# mine\n")
+            return governed.artifact_id, private.artifact_id
+
+        governed, private = _with_store(server, seed)
+        source = json_of(alice.get(f"artifacts/{governed}/download"))
+        # A copy request cannot bring content, a title or an envelope field.
+        for body in ({"content": "{}"}, {"title": "Relabelled"},
+                     {"markings": {"overall": "NONE"}}):
+            _error(alice.post(f"artifacts/{governed}/fork", json=body), 422, "schema_violation")
+        _error(alice.post(f"artifacts/{governed}/fork", content=b"{"), 400, "malformed_json")
+        assert len(json_of(alice.get("artifacts"))) == 2  # nothing was written
+
+        # The room collaborator forks the version bound to the room into a root of his own.
+        fork = bob.post(f"artifacts/{governed}/fork", params={"conversation_id": room_id})
+        assert fork.status_code == 201, fork.text
+        copy = fork.json()
+        assert copy["owner"] == "bob" and copy["id"] != governed
+        assert copy["governed"] and copy["derived_from"] == governed
+        assert bob.get(f"artifacts/{copy['id']}/download").json() == source  # exact bytes
+        # Still governed: the member metadata routes refuse it.
+        _error(bob.patch(f"artifacts/{copy['id']}", json={"title": "Mine"}), 422,
+               "validation_failed")
+        # One copy per member and exact source version: the second names the first.
+        again = bob.post(f"artifacts/{governed}/fork")
+        _error(again, 409, "already_derived")
+        assert copy["id"] in again.json()["error"]["message"]
+        # Anything private to alice, or in a room carol is not in, is 404.
+        _error(bob.post(f"artifacts/{private}/fork"), 404, "artifact_not_found")
+        _error(carol.post(f"artifacts/{governed}/fork"), 404, "artifact_not_found")
+        # The owner's ordinary fork is an editable copy with the same content.
+        mine = alice.post(f"artifacts/{private}/fork", json={})
+        assert mine.status_code == 201
+        assert json_of(alice.get(f"artifacts/{mine.json()['id']}"))["content"] == "# mine\n"
