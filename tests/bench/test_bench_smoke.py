@@ -33,6 +33,7 @@ BENCHES: dict[str, tuple[list[str], int, set[str]]] = {
         "elapsed_s", "completed", "baseline_turns_per_s", "ratio"}),
     "run_code": (["--n", "5"], 6, COMMON),
     "notebook": (["--n", "2"], 2, COMMON | PERCENTILES | {"figure", "p50_ms"}),
+    "takeover": (["--n", "1"], 1, COMMON | {"figure", "baseline_s", "ratio", "violations"}),
 }
 
 FIGURE_KEYS: dict[tuple[str, str], set[str]] = {
@@ -43,6 +44,7 @@ FIGURE_KEYS: dict[tuple[str, str], set[str]] = {
                                         "transactions_per_call", "statements_per_call"},
     ("notebook", "kernel_probe"): {"bytes_raw", "bytes_returned", "frames"},
     ("notebook", "attach_200_cells"): {"prompt_chars", "prompt_tokens", "notebook_bytes"},
+    ("takeover", "restart_to_recovered"): {"resumed_after_ready_p50_s"},
 }
 
 
@@ -103,6 +105,13 @@ def test_pipeline_bench_covers_reads_and_writes_in_memory_and_on_the_store(
     seen = {(f["variant"], f["db"], f["call"]) for f in _lines(outputs["pipeline_overhead"])}
     assert seen == {("memory", "none", "read"), ("memory", "none", "write"),
                     ("store", "sqlite", "read"), ("store", "sqlite", "write")}
+
+
+def test_takeover_bench_keeps_the_crash_guarantees(
+    outputs: dict[str, subprocess.CompletedProcess[str]],
+) -> None:
+    (figure,) = _lines(outputs["takeover"])
+    assert figure["violations"] == 0 and figure["n"] == 1
 
 
 def test_throughput_bench_completes_every_turn(
