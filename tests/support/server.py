@@ -106,7 +106,7 @@ def start_server(root: Path, database_url: str, schema: str | None = None, *,
     return server
 
 
-def wait_until_ready(server: ServerProcess, timeout: float = 60) -> None:
+def wait_until_ready(server: ServerProcess, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
