@@ -115,6 +115,11 @@ class KaizenApp(ExtensionApp):
         "or 'required' (kernels refuse to start without it). Default: KAIZEN_SANDBOX_JAIL, "
         "else auto.",
     ).tag(config=True)
+    task_poll_seconds = Float(
+        help="Seconds between each replica's looks for due tasks (default: "
+        "KAIZEN_TASK_POLL_SECONDS, else 5). A due task fires once however many replicas "
+        "look: see docs/tasks.md.",
+    ).tag(config=True)
 
     _default_database_url = _from_settings("database_url")
     _default_database_schema = _from_settings("database_schema")
@@ -128,6 +133,7 @@ class KaizenApp(ExtensionApp):
     _default_kernel_console = _from_settings("kernel_console")
     _default_kernel_idle_seconds = _from_settings("kernel_idle_seconds")
     _default_sandbox_jail = _from_settings("sandbox_jail")
+    _default_task_poll_seconds = _from_settings("task_poll_seconds")
 
     kaizen: KaizenContext
     _run_code: Any = None
@@ -238,8 +244,10 @@ class KaizenApp(ExtensionApp):
                       events_link: PostgresLink | None) -> KaizenContext:
         """Tool registry, guarded pipeline, model gateway and the room lanes."""
         from kaizen_server_extension.host.tool_backend import PipelineToolBackend
+        from kaizen_server_extension.lanes.scheduler import TaskScheduler
         from kaizen_server_extension.lanes.service import LaneConfig, LaneService
         from kaizen_server_extension.policy.guardrails import GuardrailChain
+        from kaizen_server_extension.store.tasks import TaskStore
         from kaizen_server_extension.tools.registry import ToolRegistrationError, ToolRegistry
 
         try:
@@ -274,8 +282,10 @@ class KaizenApp(ExtensionApp):
             liveness=events_link,
         )
         self._gateway = gateway
+        scheduler = TaskScheduler(TaskStore(store), lanes.wake,
+                                  interval_s=settings.KAIZEN_TASK_POLL_SECONDS)
         return KaizenContext(store=store, settings=settings, bus=bus, lanes=lanes, tools=tools,
-                             model=model)
+                             model=model, scheduler=scheduler)
 
     def _model_gateway(self, settings: KaizenSettings,
                        plugins: LoadedPlugins) -> tuple[Any, str]:
@@ -407,6 +417,7 @@ class KaizenApp(ExtensionApp):
             kernel_manager=serverapp.kernel_manager,
             max_bytes=self.kaizen.jupyter_file_max_bytes))
         await self.kaizen.lanes.start()
+        self.kaizen.scheduler.start()
         default_run_metrics().start_sampler(
             self.kaizen.store, self.kaizen.settings.KAIZEN_METRICS_INTERVAL_SECONDS)
         try:
@@ -421,6 +432,7 @@ class KaizenApp(ExtensionApp):
         if self._run_code is not None:
             await self._run_code.close()
         await default_run_metrics().stop_sampler()
+        await self.kaizen.scheduler.stop()
         await self.kaizen.lanes.stop()
         if self.kaizen.events_link is not None:
             await self.kaizen.events_link.stop()

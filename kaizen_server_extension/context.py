@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from kaizen_server_extension.events import EventBus, PostgresLink
 from kaizen_server_extension.host.tool_backend import PipelineToolBackend
+from kaizen_server_extension.lanes.scheduler import TaskScheduler
 from kaizen_server_extension.lanes.service import LaneService
 from kaizen_server_extension.settings import KaizenSettings
 from kaizen_server_extension.store import Store
@@ -26,6 +27,8 @@ class KaizenContext:
     tools: PipelineToolBackend
     #: The model id runs use when a member chose none (a provider may fix it).
     model: str
+    #: Fires due tasks into their rooms (lanes/scheduler.py).
+    scheduler: TaskScheduler
     #: Carries the bus across server processes on PostgreSQL; None on SQLite.
     events_link: PostgresLink | None = None
     #: Members seen by this process (their rows exist).

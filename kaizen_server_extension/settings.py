@@ -47,6 +47,7 @@ TRAITS: Mapping[str, str] = {
     "kernel_console": "KAIZEN_KERNEL_CONSOLE",
     "kernel_idle_seconds": "KAIZEN_KERNEL_IDLE_SECONDS",
     "sandbox_jail": "KAIZEN_SANDBOX_JAIL",
+    "task_poll_seconds": "KAIZEN_TASK_POLL_SECONDS",
 }
 SETTING_TRAITS: Mapping[str, str] = {setting: trait for trait, setting in TRAITS.items()}
 
@@ -105,6 +106,9 @@ class KaizenSettings(BaseModel):
     #: Lease of an active run, renewed every quarter of it; another replica recovers a run
     #: whose lease ran out.
     KAIZEN_RUN_LEASE_SECONDS: Annotated[float, Field(ge=1, le=3600)] = 30.0
+    #: How often each replica looks for due tasks (docs/tasks.md); a due task fires once
+    #: however many replicas look.
+    KAIZEN_TASK_POLL_SECONDS: Annotated[float, Field(ge=0.05, le=3600)] = 5.0
 
     # --- members and requests --------------------------------------------------------------
     KAIZEN_ADMIN_MEMBERS: frozenset[str] = frozenset()
@@ -191,7 +195,8 @@ class KaizenSettings(BaseModel):
     def _mode_word(cls, value: Any) -> Any:
         return value.strip().lower() if isinstance(value, str) else value
 
-    @field_validator("KAIZEN_RUN_LEASE_SECONDS", "KAIZEN_KERNEL_IDLE_SECONDS")
+    @field_validator("KAIZEN_RUN_LEASE_SECONDS", "KAIZEN_KERNEL_IDLE_SECONDS",
+                     "KAIZEN_TASK_POLL_SECONDS")
     @classmethod
     def _finite(cls, value: float) -> float:
         if not math.isfinite(value):

@@ -23,6 +23,7 @@ from kaizen_server_extension.api.notifications import (
     NotificationsHandler,
 )
 from kaizen_server_extension.api.openapi import openapi_document
+from kaizen_server_extension.api.tasks import task_routes
 from kaizen_server_extension.api.tool_grants import tool_grant_routes
 from kaizen_server_extension.protocol.errors import BadRequest, NotFound, TooLarge
 from kaizen_server_extension.store.records import AgentRecord
@@ -283,6 +284,8 @@ def routes(*, library: bool = True) -> list[tuple[str, type[web.RequestHandler]]
         *notebook_routes(PREFIX, ID),
         # The caller's "allow for this conversation" grants (made by approving with a scope).
         *tool_grant_routes(PREFIX, ID),
+        # The caller's durable tasks: run now, safe test, cadence (docs/tasks.md).
+        *task_routes(PREFIX),
         # Admin only (404 to everyone else): the tool policies read on every tool call.
         *admin_routes(PREFIX),
     ]

@@ -465,6 +465,11 @@ def openapi_document(*, library: bool = True) -> dict[str, Any]:
     grant_paths, grant_components = tool_grants_openapi()
     paths.update(grant_paths)
     components.update(grant_components)
+    from kaizen_server_extension.api.tasks import tasks_openapi
+
+    task_paths, task_components = tasks_openapi()
+    paths.update(task_paths)
+    components.update(task_components)
     from kaizen_server_extension.api.admin import admin_openapi
 
     admin_paths, admin_components = admin_openapi()

@@ -16,14 +16,16 @@ from kaizen_server_extension.store.records import AgentRecord, ConversationRecor
 from kaizen_server_extension.store.runs import Admission
 
 
-def admitted_bundle(run: RunRecord, admission: Admission) -> AuthorityBundle:
-    """The bundle of ``run`` under ``admission``: fixed for the life of the run."""
+def admitted_bundle(run: RunRecord, admission: Admission,
+                    posture: str = "chat") -> AuthorityBundle:
+    """The bundle of ``run`` under ``admission``: fixed for the life of the run. ``posture``
+    is the run's task posture from its firing row (``store/tasks.py: posture_of``)."""
     return AuthorityBundle(
         run_id=run.id, conversation_id=run.conversation_id,
         input_position=run.input_position, member=run.member,
         agent_version_id=admission.agent_version_id,
         audience_version=admission.audience_version,
-        resource_digest=admission.resource_digest, fence=run.fence,
+        resource_digest=admission.resource_digest, fence=run.fence, posture=posture,
     )
 
 

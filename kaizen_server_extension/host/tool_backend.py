@@ -29,6 +29,7 @@ from kaizen_server_extension.host.store_ports import (
 from kaizen_server_extension.policy.approvals import ApprovalReceipt
 from kaizen_server_extension.policy.errors import ApprovalPending
 from kaizen_server_extension.policy.guardrails import GuardrailChain
+from kaizen_server_extension.policy.task_posture import TaskPostureGate
 from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.protocol.errors import MemberSafeError, RunCancelled
 from kaizen_server_extension.protocol.tools import (
@@ -42,6 +43,7 @@ from kaizen_server_extension.resources import NO_RESOURCES, AdmittedResources
 from kaizen_server_extension.store.hashline_state import StoredWorkspaceState
 from kaizen_server_extension.store.records import AgentRecord, ConversationRecord
 from kaizen_server_extension.store.store import Store
+from kaizen_server_extension.store.tasks import TaskStore
 from kaizen_server_extension.tools.canvas import without_canvas
 from kaizen_server_extension.tools.catalog import FrozenCatalog, freeze_catalog
 from kaizen_server_extension.tools.discovery import TOOL_SEARCH_NAME
@@ -194,6 +196,7 @@ class PipelineToolBackend:
         capability_of = {d.name: d.capability.value for d in registry.descriptors()}
         self.approvals = StoreApprovals(store, capability_of)
         self._resources = StoreResourceAuthorization(store)
+        self._task_posture = TaskPostureGate(TaskStore(store))
 
     @property
     def tool_names(self) -> frozenset[str]:
@@ -285,6 +288,7 @@ class PipelineToolBackend:
             guardrails=self._guardrails,
             cancelled=cancelled,
             resources=self._resources,
+            task_posture=self._task_posture,
         )
 
         async def call(run_bundle: AuthorityBundle, request: ToolCallRequest,

@@ -179,7 +179,8 @@ class CompletionInbox:
         )
 
     async def run_settled(self, run_id: str) -> NotificationRecord | None:
-        """The chat producer: tell the initiating member a run of theirs settled.
+        """The chat producer, and the task-run producer for a task's firing: tell the
+        initiating member (the task's owner) a run of theirs settled.
 
         A member's own cancel needs no reminder; a run not yet terminal has nothing to say.
         Safe to call from every process that saw the settlement (one row per run).
@@ -189,11 +190,23 @@ class CompletionInbox:
                 select(m.Run.member, m.Run.conversation_id, m.Run.status)
                 .where(m.Run.id == run_id)
             )).first()
+            task = (await tx.session.execute(
+                select(m.TaskFiring.task_id, m.Task.name)
+                .join(m.Task, m.Task.id == m.TaskFiring.task_id)
+                .where(m.TaskFiring.run_id == run_id)
+            )).first()
         if row is None:
             return None
         member, conversation_id, status = str(row[0]), str(row[1]), str(row[2])
         if status not in m.TERMINAL_RUN_STATUSES or status == "cancelled":
             return None
+        if task is not None:
+            # The task-run producer: unattended by nature, so always delivered (R-031).
+            return await self.notify(
+                member=member, destination=Destination.task_run(str(task[0]), run_id),
+                attendance=Attendance.UNATTENDED, status=status,
+                title=_TASK_TITLES.get(status, "Your task finished.").format(name=task[1]),
+                dedupe_key=f"run:{run_id}")
         return await self.notify(
             member=member,
             destination=Destination.chat(conversation_id, run_id),
@@ -208,4 +221,10 @@ _TITLES = {
     "completed": "Your answer is ready.",
     "failed": "Your request could not be completed.",
     "answer_unavailable": "No answer could be given to your request.",
+}
+
+_TASK_TITLES = {
+    "completed": "Your task \u201c{name}\u201d has an answer.",
+    "failed": "Your task \u201c{name}\u201d could not be completed.",
+    "answer_unavailable": "Your task \u201c{name}\u201d gave no answer.",
 }

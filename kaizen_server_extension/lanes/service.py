@@ -60,6 +60,7 @@ from kaizen_server_extension.store.runs import (
     this_host,
 )
 from kaizen_server_extension.store.store import Store
+from kaizen_server_extension.store.tasks import TaskStore
 from kaizen_server_extension.store.usage import DailyTokenCapReached, UsageLedger
 from kaizen_server_extension.tools.manifest import STAGED_ARTIFACT_TOOLS
 
@@ -295,13 +296,16 @@ class LaneService:
             agent_version_id=agent.version_id, audience_version=conversation.audience_version,
             resource_digest=resource_digest(conversation, agent, tools.digest, resources),
             catalog_digest=tools.digest, model=model)
-        bundle = admitted_bundle(run, admission)
+        # A task's firing runs in its server-owned posture.
+        posture = await TaskStore(self.store).posture_of(run.id)
+        bundle = admitted_bundle(run, admission, posture)
         admitted = await self.lane.admit(run.id, run.fence, admission, {
             "input_position": run.input_position, "agent_id": agent.id,
             "agent_version": agent.version, "model": model, "catalog_digest": tools.digest,
             "tools": [t.name for t in tools.advertised],
             "correction": correction_binding(self._config),
-            "controller": DEFAULT_CONTROLLER})
+            "controller": DEFAULT_CONTROLLER,
+            **({"posture": posture} if posture != "chat" else {})})
         if not admitted:
             return  # cancelled or recovered before admission; already settled
         if resources:  # the run audit's bounded resource list
@@ -518,7 +522,7 @@ class LaneService:
         if not resumed:
             return  # cancelled or taken over again meanwhile: whoever did settles it
         # The bundle the run was admitted with, field for field.
-        bundle = admitted_bundle(run, admission)
+        bundle = admitted_bundle(run, admission, await TaskStore(self.store).posture_of(run.id))
         manifest = await self._manifest(run, bundle, agent, conversation, tools)
         await self._drive_turn(run, bundle, tools, manifest, run.model, gateway, cancelled,
                                resume=point, controller_name=str(controller_name))

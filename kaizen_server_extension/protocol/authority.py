@@ -22,6 +22,9 @@ class AuthorityBundle:
     audience_version: int
     resource_digest: str
     fence: int
+    #: Server-owned (R-053): ``chat``, or ``task_run`` / ``task_test`` for a task's firing,
+    #: read from the firing row at admission; never from anything the model or member sends.
+    posture: str = "chat"
 
     def differing_fields(self, other: AuthorityBundle) -> list[str]:
         """Names of the fields where ``other`` differs: any one means rejection."""

@@ -787,3 +787,93 @@ class JupyterFileSource(Base):
         UniqueConstraint("artifact_id", name="uq_jupyter_file_sources_artifact"),
         CheckConstraint("length(path) >= 1", name="path"),
     )
+
+
+# --- durable tasks (issue 20, migration 0013) -------------------------------------------------
+
+TASK_STATUSES = ("active", "paused")
+#: How a firing came about: the cadence, the owner's "run now" or "safe test", or one
+#: background attempt (``manage_tasks run_in_background``).
+TASK_FIRING_KINDS = ("scheduled", "run_now", "safe_test", "background")
+#: The server-owned posture a task's run carries (R-053); chat runs have none.
+TASK_POSTURES = ("task_run", "task_test")
+#: The shortest cadence: a loop that fires more often than this is a busy-wait, not a task.
+MIN_TASK_INTERVAL_S = 60
+
+
+class Task(Base):
+    """A member's saved prompt, fired into one of their rooms now, on a cadence, or both.
+
+    ``next_due_at`` is the one scheduling fact: a firing moves it forward with a compare-and-
+    set, and ``task_firings`` is unique per (task, key), so a due time fires once however
+    many replicas see it due. A paused or cadence-less task has no due time."""
+
+    __tablename__ = "tasks"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(ForeignKey("members.id"))
+    conversation_id: Mapped[str] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(200))
+    prompt: Mapped[str] = mapped_column(Text)
+    interval_seconds: Mapped[int | None] = mapped_column(Integer)
+    next_due_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    status: Mapped[str] = mapped_column(String(16))
+    # Bumped by every edit: a stale edit (or a stale run's authority) is told apart.
+    version: Mapped[int] = mapped_column(Integer)
+    # Due times that passed while no server ran: coalesced into the next firing.
+    missed_firings: Mapped[int] = mapped_column(Integer, server_default="0")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        CheckConstraint(_in("status", TASK_STATUSES), name="status"),
+        CheckConstraint("length(name) >= 1", name="name"),
+        CheckConstraint("length(prompt) >= 1", name="prompt"),
+        CheckConstraint(f"interval_seconds IS NULL OR interval_seconds >= "
+                        f"{MIN_TASK_INTERVAL_S}", name="interval"),
+        # Only an active task with a cadence is ever due.
+        CheckConstraint("next_due_at IS NULL OR (status = 'active' AND "
+                        "interval_seconds IS NOT NULL)", name="due"),
+        CheckConstraint("version >= 1 AND missed_firings >= 0", name="counters"),
+        Index("ix_tasks_due", "status", "next_due_at"),
+        Index("ix_tasks_owner", "owner"),
+    )
+
+
+class TaskFiring(Base):
+    """One firing of a task: the accepted input it became (``run_id``), or why it could not.
+
+    ``key`` is ``due:<time>`` for a scheduled firing and the caller's idempotency key (or a
+    fresh id) otherwise; unique per task, so neither a second replica nor a retried request
+    fires twice. A firing is written before its input is accepted and the input's idempotency
+    key is the firing's id, so a crash between the two is finished by whoever sees the firing
+    without a run, never duplicated (R-054)."""
+
+    __tablename__ = "task_firings"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    # Kept (task_id NULL) when the task is deleted: a run still in flight keeps its posture
+    # and finds no task authority, so it is blocked rather than become a chat run (R-057).
+    task_id: Mapped[str | None] = mapped_column(ForeignKey("tasks.id", ondelete="SET NULL"))
+    key: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(16))
+    posture: Mapped[str] = mapped_column(String(16))
+    due_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    run_id: Mapped[str | None] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    # A member-safe reason when the input could not be accepted (the room is gone, …).
+    error: Mapped[str | None] = mapped_column(String(300))
+    # The task version fired: the run's authority is re-checked against the live task.
+    task_version: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        UniqueConstraint("task_id", "key", name="uq_task_firings_task_key"),
+        UniqueConstraint("run_id", name="uq_task_firings_run"),
+        CheckConstraint(_in("kind", TASK_FIRING_KINDS), name="kind"),
+        CheckConstraint(_in("posture", TASK_POSTURES), name="posture"),
+        # A safe test, and only a safe test, runs in the test posture (R-055).
+        CheckConstraint("(kind = 'safe_test') = (posture = 'task_test')", name="test_posture"),
+        CheckConstraint("run_id IS NULL OR error IS NULL", name="outcome"),
+        Index("ix_task_firings_task_created", "task_id", "created_at"),
+    )

@@ -8,6 +8,9 @@ Order (spec: What happens on a tool call; R-223), every step on every call:
 4. shared-room admission re-check for actor-private / undeclared tools (R-218);
 5. argument validation against the live schema (R-336);
 6. the turn ledger: cut-off tool, identical failed input, duplicate write (R-270..R-290);
+6a. a task's run (``bundle.posture``): a safe test refuses any effect but isolated execution,
+   a task run re-reads its task's authority, before the gate and again in step 8 (R-053,
+   R-055..R-057; ``policy/task_posture.py``);
 7. guardrail chain and approval mode; a call needing a decision is persisted before any wait
    and reported as :class:`ApprovalPending`; an approved receipt is consumed once (R-224,
    R-240..R-242). The member's "allow for this conversation" for a write tool, read with the
@@ -63,6 +66,7 @@ from kaizen_server_extension.policy.guardrails import (
     Redact,
 )
 from kaizen_server_extension.policy.redaction import redact, redact_text, withhold
+from kaizen_server_extension.policy.task_posture import TaskPostureGate
 from kaizen_server_extension.protocol.authority import AuthorityBundle, AuthorityRejected
 from kaizen_server_extension.protocol.errors import MemberSafeError, RunCancelled
 from kaizen_server_extension.protocol.tools import (
@@ -154,6 +158,7 @@ class ToolPipeline:
         projection_limit: int = DEFAULT_PROJECTION_LIMIT,
         cancelled: asyncio.Event | None = None,
         resources: ResourceAuthorizer | None = None,
+        task_posture: TaskPostureGate | None = None,
     ) -> None:
         if projection_limit < 1:
             raise ValueError("projection_limit must be positive")
@@ -174,6 +179,7 @@ class ToolPipeline:
         self._projection_limit = projection_limit
         self._cancelled = cancelled
         self._resources = resources
+        self._task_posture = task_posture
 
     # --- entry point -----------------------------------------------------------------------
 
@@ -231,6 +237,10 @@ class ToolPipeline:
             )
 
         try:
+            # A task's posture decides before any approval is asked for (R-055, R-056).
+            posture_refusal = await self._check_task_posture(bundle, request, descriptor)
+            if posture_refusal is not None:
+                return posture_refusal
             gate = await self._gate(bundle, request, descriptor, arguments, facts)
         except PolicyDenied as denied:
             return settlement.denied(request, denied, descriptor)
@@ -406,6 +416,31 @@ class ToolPipeline:
                                "unavailable, so it was not run.") from None
         return None
 
+    # --- a task's posture ------------------------------------------------------------------
+
+    async def _check_task_posture(self, bundle: AuthorityBundle, request: ToolCallRequest,
+                                  descriptor: ToolDescriptor) -> Settlement | None:
+        """For a task's run and a call that may have an effect: None to go on, a repairable
+        safe-test refusal, or PolicyDenied when the task's authority is gone (R-057)."""
+        if bundle.posture == "chat" or not may_have_effect(descriptor):
+            return None
+        if self._task_posture is None:
+            raise PolicyDenied("task_authority_unavailable",
+                               f"Task authority cannot be checked here, so {request.name} "
+                               "was not run.")
+        refusal = await self._task_posture.check(bundle, request.name,
+                                                 descriptor.write_category)
+        if refusal is None:
+            return None
+        return Settlement(
+            ToolCallResult(call_id=request.call_id, name=request.name,
+                           outcome=ToolOutcome.ERROR, content=refusal.message,
+                           capability=descriptor.capability,
+                           failure_domain=FailureDomain.CALLER),
+            raw={"refused": refusal.code, "stage": "task_posture"},
+            reason_code=refusal.code, remember=True,
+        )
+
     # --- step 8: write guard and the tool's own resource authorization ----------------------
 
     async def _guard_write(
@@ -425,6 +460,10 @@ class ToolPipeline:
             # The run is still ours and the room unchanged; a lost run is not settled.
             fresh = await self._authority.verify(bundle)
             await self._check_permission(bundle, request.name, fresh)
+            # A task's authority again, after whatever the approval wait let change (R-056).
+            refused = await self._check_task_posture(bundle, request, descriptor)
+            if refused is not None:
+                return refused
         if registered.authorize is None:
             return None
         if self._resources is None:

@@ -17,6 +17,7 @@ from kaizen_server_extension.policy.approvals import (
     ApprovalStatus,
 )
 from kaizen_server_extension.policy.guardrails import Guardrail, GuardrailChain
+from kaizen_server_extension.policy.task_posture import TaskPostureGate
 from kaizen_server_extension.protocol.authority import AuthorityBundle, verify_bundle
 from kaizen_server_extension.protocol.tools import (
     Capability,
@@ -203,6 +204,7 @@ def harness(
     validator: ArgumentValidator | None = json_object,
     modes: ApprovalModeResolver | None = None,
     authority: AuthorityCheck | None = None,
+    task_posture: TaskPostureGate | None = None,
 ) -> Harness:
     """A pipeline over in-memory ports; ``validator=None`` keeps the pipeline's default (the
     schema module's)."""
@@ -233,6 +235,7 @@ def harness(
         metrics=ToolMetrics(registry),
         projection_limit=projection_limit,
         cancelled=cancelled,
+        task_posture=task_posture,
         **({"validator": validator} if validator is not None else {}),
     )
     return Harness(pipeline, by_name, permissions, store, audit, roster, registry, executed,
