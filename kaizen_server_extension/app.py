@@ -243,6 +243,7 @@ class KaizenApp(ExtensionApp):
                       plugins: LoadedPlugins,
                       events_link: PostgresLink | None) -> KaizenContext:
         """Tool registry, guarded pipeline, model gateway and the room lanes."""
+        from kaizen_server_extension.host.task_tools import TaskTools
         from kaizen_server_extension.host.tool_backend import PipelineToolBackend
         from kaizen_server_extension.lanes.scheduler import TaskScheduler
         from kaizen_server_extension.lanes.service import LaneConfig, LaneService
@@ -284,6 +285,7 @@ class KaizenApp(ExtensionApp):
         self._gateway = gateway
         scheduler = TaskScheduler(TaskStore(store), lanes.wake,
                                   interval_s=settings.KAIZEN_TASK_POLL_SECONDS)
+        tools.attach_tasks(TaskTools(TaskStore(store), lanes.wake))
         return KaizenContext(store=store, settings=settings, bus=bus, lanes=lanes, tools=tools,
                              model=model, scheduler=scheduler)
 

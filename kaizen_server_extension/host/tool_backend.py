@@ -26,6 +26,7 @@ from kaizen_server_extension.host.store_ports import (
     StoreResourceAuthorization,
     artifact_services,
 )
+from kaizen_server_extension.host.task_tools import TaskTools
 from kaizen_server_extension.policy.approvals import ApprovalReceipt
 from kaizen_server_extension.policy.errors import ApprovalPending
 from kaizen_server_extension.policy.guardrails import GuardrailChain
@@ -193,6 +194,7 @@ class PipelineToolBackend:
         self._workspace_store = StoredWorkspaceState(store)
         self._run_code: Any = None
         self._notebooks: Any = None
+        self._task_tools: TaskTools | None = None
         capability_of = {d.name: d.capability.value for d in registry.descriptors()}
         self.approvals = StoreApprovals(store, capability_of)
         self._resources = StoreResourceAuthorization(store)
@@ -211,6 +213,10 @@ class PipelineToolBackend:
         """The member's notebooks and their kernels, for the notebook tools and REST routes
         (``notebooks/service.py``; set at server start, when the server's managers exist)."""
         self._notebooks = service
+
+    def attach_tasks(self, service: TaskTools) -> None:
+        """The member's tasks for the task tools (set once the room lanes exist)."""
+        self._task_tools = service
 
     @property
     def notebooks(self) -> Any:
@@ -313,7 +319,7 @@ class PipelineToolBackend:
         services = ToolServices(
             artifacts=self._artifacts, agents=self._agents, run_code=self._run_code,
             bridge=bridge, workspace_store=self._workspace_store, notebooks=self._notebooks,
-            catalog=catalog,
+            tasks=self._task_tools, catalog=catalog,
             callable_tools=callable_now,
             # The turn's admitted files (run_code projects exactly these, R-454).
             resources=tools.resources,

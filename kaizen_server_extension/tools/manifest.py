@@ -30,6 +30,8 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "kaizen_plugins.agents",
     # The member's attached notebook, its kernel (with their permission), reviewed edits.
     "kaizen_plugins.notebook",
+    # The member's durable tasks (shared capabilities of the runtime, R-058).
+    "kaizen_plugins.tasks",
     # The built-in model providers (openai-compatible, local), through the provider hook.
     "kaizen_plugins.providers",
 )
@@ -55,6 +57,8 @@ BUILTIN_TOOLS: Mapping[str, str] = MappingProxyType(
         "read_notebook": "kaizen_plugins.notebook",
         "inspect_notebook_kernel": "kaizen_plugins.notebook",
         "propose_notebook_edit": "kaizen_plugins.notebook",
+        "inspect_tasks": "kaizen_plugins.tasks",
+        "manage_tasks": "kaizen_plugins.tasks",
     }
 )
 

@@ -23,6 +23,7 @@ from kaizen_server_extension.protocol.tools import Capability
 from kaizen_server_extension.resources import NO_RESOURCES, AdmittedResources
 
 if TYPE_CHECKING:
+    from kaizen_server_extension.host.task_tools import TaskTools
     from kaizen_server_extension.notebooks.service import NotebookService
     from kaizen_server_extension.store.artifacts.checkpoints import UpdateCheckpoints
     from kaizen_server_extension.store.artifacts.drafts import DraftStore
@@ -82,6 +83,8 @@ class ToolServices:
     workspace_store: StoredWorkspaceState | None = None
     #: The member's attached notebooks and their kernels (docs/notebook.md).
     notebooks: NotebookService | None = None
+    #: The member's durable tasks (inspect_tasks, manage_tasks; docs/tasks.md).
+    tasks: TaskTools | None = None
     #: The run's frozen catalog, for tool discovery.
     catalog: FrozenCatalog | None = None
     #: Names callable now; it grows as discovery reveals deferred tools.

@@ -19,7 +19,8 @@ GENERAL = AgentDefinition(
                   "create_artifact", "update_artifact", "read_artifact", "edit_artifact",
                   "begin_artifact", "append_artifact", "finalize_artifact",
                   "discard_artifact", "inspect_library", "manage_library",
-                  "read_notebook", "inspect_notebook_kernel", "propose_notebook_edit"),
+                  "read_notebook", "inspect_notebook_kernel", "propose_notebook_edit",
+                  "inspect_tasks", "manage_tasks"),
 )
 
 SEARCH = AgentDefinition(

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from kaizen_server_extension.protocol.errors import NotFound, SchemaViolation
+from kaizen_server_extension.protocol.errors import MemberSafeError, NotFound, SchemaViolation
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.core import new_id
@@ -178,3 +178,38 @@ async def test_tasks_are_owner_bound_and_their_invariants_live_in_the_schema(
             async with store.transaction() as tx:
                 tx.session.add(row)
     assert await _count(store, m.Task) == 1
+
+
+@pytest.mark.rule("R-059", "R-188")
+async def test_the_task_tools_act_as_the_runs_member_in_the_runs_room_only(
+        store: Store) -> None:
+    import dataclasses
+
+    from kaizen_plugins.tasks import inspect_tasks, manage_tasks
+
+    from kaizen_server_extension.host.task_tools import TaskTools
+    from kaizen_server_extension.host.tool_backend import RunToolContext
+    from kaizen_server_extension.tools.services import ToolServices
+    from tests.policy.fakes import BUNDLE
+
+    alice_room = await _room(store)
+    bob_room = await _room(store, owner="bob")
+    woken: list[str] = []
+    service = TaskTools(TaskStore(store), woken.append)
+    alices = await TaskStore(store).create("alice", conversation_id=alice_room, name="a",
+                                           prompt="alice's numbers")
+    bob = RunToolContext(dataclasses.replace(BUNDLE, member="bob", conversation_id=bob_room),
+                         ToolServices(tasks=service))
+    # bob's turn names alice's task: it does not exist for him, whatever the action.
+    for action in ("delete", "run_now", "pause", "update"):
+        with pytest.raises(MemberSafeError) as refused:
+            await manage_tasks.impl(bob, action=action, task_id=alices.id, name="mine")
+        assert refused.value.code == "task_not_found"
+    listed = await inspect_tasks.impl(bob)
+    assert listed == {"tasks": []}
+    # What bob creates is his, in the room his run is in; no argument could say otherwise.
+    made = await manage_tasks.impl(bob, action="create", name="b", prompt="bob's numbers")
+    assert made["task"]["conversation_id"] == bob_room
+    assert [t.owner for t in await TaskStore(store).list_for("bob")] == ["bob"]
+    assert (await TaskStore(store).get_for("alice", alices.id)).version == 1  # untouched
+    assert woken == []

@@ -25,6 +25,17 @@ SCRIPTS: list[dict[str, Any]] = [
         {"tool_calls": [{"name": "create_artifact", "arguments": NOTE}]},
         {"text": "Done with the note."}]},
     {"match": "how are the numbers", "responses": [{"text": "The numbers are steady."}]},
+    {"match": "check the numbers in the background", "responses": [
+        {"tool_calls": [{"name": "manage_tasks", "arguments": {
+            "action": "run_in_background", "prompt": "how are the numbers, later?"}}]},
+        {"text": "Queued it."}]},
+    {"match": "check every morning", "responses": [
+        {"tool_calls": [{"name": "manage_tasks", "arguments": {
+            "action": "run_in_background", "prompt": "check the sales every morning",
+            "interval_seconds": 86400}}]},
+        {"tool_calls": [{"name": "inspect_tasks", "arguments": {}}]},
+        {"text": "Looping daily."}]},
+
     {"responses": [{"text": "Default answer."}]},
 ]
 
@@ -201,3 +212,55 @@ def test_an_owner_who_left_the_room_cannot_fire_into_it(task_server: ServerProce
         _error(bob.post(f"tasks/{task['id']}/run"), 404, "conversation_not_found")
         assert [e for e in carol.get(f"conversations/{room}/journal").json()["events"]
                 if e["type"] == "input.accepted"] == []
+
+
+def _one_call(client: httpx.Client, room: str, run_id: str, name: str) -> dict[str, Any]:
+    calls = [e["data"] for e in _events(client, room, run_id)
+             if e["type"] == "tool.settled" and e["data"]["name"] == name]
+    assert calls, f"no {name} call settled"
+    return calls[0]
+
+
+@pytest.mark.rule("R-185", "R-188", "R-051")
+def test_background_work_is_one_durable_attempt_and_cadence_words_make_a_loop(
+        task_server: ServerProcess) -> None:
+    with task_server.client("alice") as alice:
+        room = _room(alice)
+        sent = alice.post(f"conversations/{room}/messages",
+                          json={"text": "please check the numbers in the background"}).json()
+        assert _settled(alice, sent["run_id"])["status"] == "completed"
+        call = _one_call(alice, room, sent["run_id"], "manage_tasks")
+        assert call["outcome"] == "ok", call
+        background = [t for t in alice.get("tasks").json()
+                      if t["prompt"] == "how are the numbers, later?"]
+        assert len(background) == 1 and background[0]["interval_seconds"] is None
+        (firing,) = alice.get(f"tasks/{background[0]['id']}").json()["firings"]
+        assert firing["kind"] == "background"
+        # Exactly one attempt, queued in this room after the turn that asked for it.
+        later = _settled(alice, firing["run_id"])
+        assert later["status"] == "completed" and later["member"] == "alice"
+        answers = [e["data"]["text"] for e in _events(alice, room, firing["run_id"])
+                   if e["type"] == "answer.committed"]
+        assert answers == ["The numbers are steady."]
+
+        # "every morning": the cadence words make it a loop, not one run.
+        sent = alice.post(f"conversations/{room}/messages",
+                          json={"text": "please check every morning"}).json()
+        assert _settled(alice, sent["run_id"])["status"] == "completed"
+        loops = [t for t in alice.get("tasks").json()
+                 if t["prompt"] == "check the sales every morning"]
+        assert len(loops) == 1 and loops[0]["interval_seconds"] == 86400
+        assert loops[0]["conversation_id"] == room  # the tool's room, never an argument
+        assert alice.get(f"tasks/{loops[0]['id']}").json()["firings"] == []
+        seen = _one_call(alice, room, sent["run_id"], "inspect_tasks")
+        assert "check the sales every morning" in seen["content"]
+
+
+@pytest.mark.rule("R-187")
+def test_no_model_visible_wait_or_process_control_tool_exists() -> None:
+    from kaizen_server_extension.tools.manifest import BUILTIN_TOOLS
+
+    names = list(BUILTIN_TOOLS)
+    assert "manage_tasks" in names and "inspect_tasks" in names
+    forbidden = ("sleep", "wait", "poll", "consent", "checkpoint", "process", "goal", "kill")
+    assert [n for n in names if any(word in n for word in forbidden)] == []
