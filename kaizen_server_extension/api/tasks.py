@@ -14,6 +14,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstrai
 from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.protocol.tasks import MIN_TASK_INTERVAL_S
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.tasks import (
     MAX_INTERVAL_S,
@@ -25,7 +26,7 @@ from kaizen_server_extension.store.tasks import (
 TASK_ID = r"[A-Za-z0-9_-]{1,64}"
 Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS)]
 Prompt = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PROMPT_CHARS)]
-Interval = Annotated[int, Field(ge=m.MIN_TASK_INTERVAL_S, le=MAX_INTERVAL_S,
+Interval = Annotated[int, Field(ge=MIN_TASK_INTERVAL_S, le=MAX_INTERVAL_S,
                                 description="Seconds between due times (60 s to a year)")]
 
 

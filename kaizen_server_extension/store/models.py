@@ -31,6 +31,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from kaizen_server_extension.protocol.tasks import MIN_TASK_INTERVAL_S
+
 NAMING = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -797,8 +799,6 @@ TASK_STATUSES = ("active", "paused")
 TASK_FIRING_KINDS = ("scheduled", "run_now", "safe_test", "background")
 #: The server-owned posture a task's run carries (R-053); chat runs have none.
 TASK_POSTURES = ("task_run", "task_test")
-#: The shortest cadence: a loop that fires more often than this is a busy-wait, not a task.
-MIN_TASK_INTERVAL_S = 60
 
 
 class Task(Base):

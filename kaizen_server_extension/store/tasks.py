@@ -36,6 +36,12 @@ from sqlalchemy import and_, delete, select, update
 from sqlalchemy.exc import IntegrityError
 
 from kaizen_server_extension.protocol.errors import Conflict, NotFound, SchemaViolation
+from kaizen_server_extension.protocol.tasks import (
+    MAX_TASK_INTERVAL_S,
+    MAX_TASK_NAME_CHARS,
+    MAX_TASK_PROMPT_CHARS,
+    MIN_TASK_INTERVAL_S,
+)
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.core import Tx, new_id, utcnow
 from kaizen_server_extension.store.records import AcceptedInputRecord
@@ -46,10 +52,9 @@ log = logging.getLogger("kaizen.tasks")
 CHAT_POSTURE = "chat"
 TASK_AUDIT_ACTIONS = {"created": "task.created", "updated": "task.updated",
                       "deleted": "task.deleted", "fired": "task.fired"}
-MAX_NAME_CHARS = 200
-MAX_PROMPT_CHARS = 20_000
-#: The longest cadence: a year.
-MAX_INTERVAL_S = 366 * 24 * 3600
+MAX_NAME_CHARS = MAX_TASK_NAME_CHARS
+MAX_PROMPT_CHARS = MAX_TASK_PROMPT_CHARS
+MAX_INTERVAL_S = MAX_TASK_INTERVAL_S
 #: A firing left without a run for this long is finished by whoever sees it (its writer
 #: crashed between the two commits).
 UNFINISHED_AFTER = timedelta(seconds=5)
@@ -149,9 +154,9 @@ def check_text(field: str, value: str, limit: int) -> str:
 def check_interval(interval_seconds: int | None) -> int | None:
     if interval_seconds is None:
         return None
-    if not m.MIN_TASK_INTERVAL_S <= interval_seconds <= MAX_INTERVAL_S:
+    if not MIN_TASK_INTERVAL_S <= interval_seconds <= MAX_INTERVAL_S:
         raise SchemaViolation(
-            f"A task's interval is between {m.MIN_TASK_INTERVAL_S} seconds and a year "
+            f"A task's interval is between {MIN_TASK_INTERVAL_S} seconds and a year "
             f"({MAX_INTERVAL_S} seconds).", code="task_interval_invalid")
     return interval_seconds
 

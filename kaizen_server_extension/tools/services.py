@@ -23,7 +23,6 @@ from kaizen_server_extension.protocol.tools import Capability
 from kaizen_server_extension.resources import NO_RESOURCES, AdmittedResources
 
 if TYPE_CHECKING:
-    from kaizen_server_extension.host.task_tools import TaskTools
     from kaizen_server_extension.notebooks.service import NotebookService
     from kaizen_server_extension.store.artifacts.checkpoints import UpdateCheckpoints
     from kaizen_server_extension.store.artifacts.drafts import DraftStore
@@ -60,6 +59,23 @@ class CodeSandbox(Protocol):
         ...
 
 
+class TaskDirectory(Protocol):
+    """The member's durable tasks (``host/task_tools.py``), always as the member asking."""
+
+    async def list_for(self, member: str) -> list[Any]: ...
+
+    async def get_for(self, member: str, task_id: str) -> tuple[Any, list[Any]]: ...
+
+    async def create(self, member: str, conversation_id: str, *, name: str, prompt: str,
+                     interval_seconds: int | None) -> Any: ...
+
+    async def update(self, member: str, task_id: str, **changes: Any) -> Any: ...
+
+    async def delete(self, member: str, task_id: str) -> None: ...
+
+    async def fire(self, member: str, task_id: str, *, kind: str) -> Any: ...
+
+
 @dataclass(frozen=True)
 class ArtifactServices:
     """The member-artifact services, all over one store."""
@@ -84,7 +100,7 @@ class ToolServices:
     #: The member's attached notebooks and their kernels (docs/notebook.md).
     notebooks: NotebookService | None = None
     #: The member's durable tasks (inspect_tasks, manage_tasks; docs/tasks.md).
-    tasks: TaskTools | None = None
+    tasks: TaskDirectory | None = None
     #: The run's frozen catalog, for tool discovery.
     catalog: FrozenCatalog | None = None
     #: Names callable now; it grows as discovery reveals deferred tools.

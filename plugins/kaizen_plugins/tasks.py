@@ -24,8 +24,12 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from kaizen_server_extension.protocol.errors import MemberError
-from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.tasks import MAX_INTERVAL_S, MAX_NAME_CHARS, MAX_PROMPT_CHARS
+from kaizen_server_extension.protocol.tasks import (
+    MAX_TASK_INTERVAL_S,
+    MAX_TASK_NAME_CHARS,
+    MAX_TASK_PROMPT_CHARS,
+    MIN_TASK_INTERVAL_S,
+)
 from kaizen_server_extension.tools import (
     Capability,
     MemberSafeError,
@@ -38,9 +42,9 @@ from kaizen_server_extension.tools import (
 from kaizen_server_extension.tools.hookspecs import ToolRegistrar
 
 TaskId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
-Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
-Prompt = Annotated[str, Field(min_length=1, max_length=MAX_PROMPT_CHARS)]
-Interval = Annotated[int, Field(ge=m.MIN_TASK_INTERVAL_S, le=MAX_INTERVAL_S)]
+Name = Annotated[str, Field(min_length=1, max_length=MAX_TASK_NAME_CHARS)]
+Prompt = Annotated[str, Field(min_length=1, max_length=MAX_TASK_PROMPT_CHARS)]
+Interval = Annotated[int, Field(ge=MIN_TASK_INTERVAL_S, le=MAX_TASK_INTERVAL_S)]
 #: Words that ask for repetition: they select create_loop (R-185).
 CADENCE_WORDS = re.compile(r"\b(every|interval|hourly|daily|weekly|each (day|morning|week|"
                            r"hour|night))\b", re.IGNORECASE)
