@@ -1,2 +1,3 @@
 import './base.css';
 import './memberfiles.css';
+import './tasks.css';

@@ -768,6 +768,45 @@ async function committedAnswer(page, text) {
   );
 }
 
+// Durable tasks (issue 20): a task made from the conversation's Tasks fold, run now and then as
+// a safe test; each run lands in the transcript with its answer, like a message.
+async function tasksScenario(page) {
+  await page.waitForFunction(
+    () => document.querySelectorAll('.jp-Kaizen-newChat select option').length > 0,
+    null,
+    { timeout: TIMEOUT }
+  );
+  await page.locator('.jp-Kaizen-newChat select').selectOption('general');
+  await page.locator('.jp-Kaizen-newChat input[placeholder="New conversation"]').fill('Tasks chat');
+  await page.getByRole('button', { name: 'New chat' }).click();
+  await page.locator('.jp-Kaizen-feed[data-phase="live"]').waitFor({ timeout: TIMEOUT });
+  const conversationId = await page.locator('.jp-Kaizen-chat').getAttribute('data-conversation-id');
+  await page.locator('.jp-Kaizen-tasks > summary').click();
+  await page.getByLabel('Task name').fill('Weekly numbers');
+  await page.getByLabel('Task prompt').fill('what changed in the numbers this week?');
+  await page.getByLabel('How often').selectOption('daily');
+  await page.getByRole('button', { name: 'Add task' }).click();
+  const task = page.locator('.jp-Kaizen-task');
+  await task.first().waitFor({ timeout: TIMEOUT });
+  const listed = await task.first().textContent();
+  log('task-created', { listed });
+  await task.first().getByRole('button', { name: 'Run now' }).click();
+  await committedAnswer(page, 'Nothing moved: 42.');
+  log('task-ran', {});
+  await task.first().getByRole('button', { name: 'Safe test' }).click();
+  await page.waitForFunction(
+    () => document.querySelectorAll('.jp-Kaizen-answer[data-committed="true"]').length >= 2,
+    null,
+    { timeout: TIMEOUT }
+  );
+  await page.screenshot({ path: path.join(shots, 'panel-tasks.png') });
+  const answers = await page.evaluate(() =>
+    [...document.querySelectorAll('.jp-Kaizen-answer[data-committed="true"] .jp-Kaizen-markdown')].map(n => n.textContent.trim())
+  );
+  log('task-tested', { answers });
+  return { conversationId };
+}
+
 // The member's files (issue 13): "Attach to Kaizen" on sales.csv in JupyterLab's file browser
 // puts it on the next message; the scripted model's run_code reads it by name; the answer and
 // the tool's result carry the total. Then @path completion attaches it again, the generated
@@ -981,6 +1020,12 @@ try {
     log('done', {});
   } else if (scenario === 'generation') {
     const result = await generationAndCanvas(page);
+    if (errors.length) {
+      throw new Error(`page errors: ${errors.join(' | ').slice(0, 500)}`);
+    }
+    log('done', result);
+  } else if (scenario === 'tasks') {
+    const result = await tasksScenario(page);
     if (errors.length) {
       throw new Error(`page errors: ${errors.join(' | ').slice(0, 500)}`);
     }

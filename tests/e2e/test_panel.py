@@ -313,6 +313,8 @@ KERNEL_SCRIPTS: list[dict[str, Any]] = [
             "code": "x = 41", "language": "python", "persistent": True,
             "artifact_targets": []}}]},
         {"text": "x is in the kernel."}]},
+    {"match": "what changed in the numbers this week?", "responses": [
+        _run_code_call("print(6 * 7)", []), {"text": "Nothing moved: 42."}]},
     {"match": "make the summary and chart", "responses": [
         {"tool_calls": [{"name": "run_code", "arguments": {
             "code": GENERATING_PROGRAM, "language": "python",
@@ -524,3 +526,32 @@ def test_panel_attaches_a_csv_from_the_file_browser_and_run_code_reads_it(
     for shot in ("panel-file-attached.png", "panel-file-answer.png", "panel-save-exists.png",
                  "panel-allow-card.png", "panel-allowed-here.png"):
         assert (shots / shot).exists(), shot
+
+
+@pytest.mark.rule("R-051", "R-055")
+def test_panel_makes_a_task_runs_it_now_and_as_a_safe_test(
+        node: str, kernel_lab_server: ServerProcess, tmp_path: Path) -> None:
+    """Issue 20 in a real browser: a daily task made from the conversation's Tasks fold, run
+    now and then as a safe test. Both runs are the owner's inputs in this room with their
+    answers in the transcript; the safe test ran its run_code (isolated execution) and
+    nothing else; the task is stored with its cadence."""
+    shots = Path(os.environ.get("KAIZEN_E2E_SCREENSHOTS", tmp_path / "screenshots"))
+    shots.mkdir(parents=True, exist_ok=True)
+    steps, report = _run_driver(node, kernel_lab_server, shots, "tasks")
+    assert "Weekly numbers" in steps["task-created"]["listed"], report
+    assert "daily" in steps["task-created"]["listed"], report
+    assert steps["task-tested"]["answers"] == ["Nothing moved: 42.", "Nothing moved: 42."], report
+    conversation_id = steps["done"]["conversationId"]
+    with httpx.Client(base_url=kernel_lab_server.base_url + "kaizen/api/", timeout=30,
+                      headers={"Authorization": f"token {SERVER_TOKEN}"}) as api:
+        (task,) = [t for t in api.get("tasks").json() if t["conversation_id"] == conversation_id]
+        assert task["interval_seconds"] == 86400 and task["status"] == "active"
+        firings = api.get(f"tasks/{task['id']}").json()["firings"]
+        assert sorted((f["kind"], f["posture"], f["run_status"]) for f in firings) == [
+            ("run_now", "task_run", "completed"), ("safe_test", "task_test", "completed")]
+        events = api.get(f"conversations/{conversation_id}/journal",
+                         params={"limit": 1000}).json()["events"]
+    runs = [e["data"] for e in events if e["type"] == "tool.settled"]
+    assert [r["name"] for r in runs] == ["run_code", "run_code"]
+    assert all(r["outcome"] == "ok" for r in runs), runs
+    assert (shots / "panel-tasks.png").exists()

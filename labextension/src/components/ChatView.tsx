@@ -27,6 +27,7 @@ import {
 } from '../journal';
 import { ArtifactsModel } from '../artifactsModel';
 import { GrantsModel } from '../grants';
+import { TasksModel } from '../tasks';
 import { listFolder } from '../jupyterFiles';
 import { ConsoleLauncher, KernelConsoleModel } from '../kernelConsole';
 import { ConversationModel, Decision, IPanelPreferences } from '../model';
@@ -37,6 +38,7 @@ import { KernelConsoleButton } from './KernelConsoleButton';
 import { NotebookBar } from './NotebookBar';
 import { ICodeActions } from './Markdown';
 import { RunView } from './RunView';
+import { TaskBar } from './TaskBar';
 import { ToolGrants } from './ToolGrants';
 
 export interface IChatViewProps {
@@ -102,6 +104,16 @@ export function ChatView(props: IChatViewProps): JSX.Element {
   useEffect(() => {
     void grants.refresh();
   }, [grants, allowedHere]);
+  // This conversation's durable tasks: loaded on open, again when a run settles (a task's
+  // run lands here like any other).
+  const tasks = useMemo(() => new TasksModel(model.api, conversation.id), [model, conversation.id]);
+  const settledRuns = useMemo(
+    () => journal.runOrder.filter(id => journal.runs[id].terminal !== undefined).length,
+    [journal]
+  );
+  useEffect(() => {
+    void tasks.refresh();
+  }, [tasks, settledRuns]);
   const folders = useCallback(
     async (folder: string) => {
       const listed = await listFolder(model.api.settings, folder);
@@ -165,6 +177,7 @@ export function ChatView(props: IChatViewProps): JSX.Element {
         <FeedIndicator phase={feed.phase} onReconnect={() => model.reconnect()} />
       </div>
       <ToolGrants model={grants} />
+      <TaskBar model={tasks} />
       {(feed.phase === 'failed' || feed.phase === 'reconnecting') && (
         <p className="jp-Kaizen-error" role="alert">
           {feed.message}
