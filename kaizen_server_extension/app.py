@@ -399,6 +399,8 @@ class KaizenApp(ExtensionApp):
         default_run_metrics().attach_run_code(service)
         self._run_code = service
         await service.start()
+        if service.config.gateway is None:
+            await self._log_kernel_stack(service)
         # Persistent kernels can be attached to the Jupyter server's kernel manager for a
         # console (withdrawn when their lease lets them go; api/kernel_console.py).
         from kaizen_kernel.console import KernelConsoles
@@ -406,6 +408,19 @@ class KaizenApp(ExtensionApp):
 
         serverapp.web_app.settings[SETTINGS_KEY] = KernelConsoles(
             serverapp.kernel_manager, service, enabled=settings.KAIZEN_KERNEL_CONSOLE)
+
+    async def _log_kernel_stack(self, service: Any) -> None:
+        """One line naming which of the data stack the Python kernels' interpreter has
+        (kaizen_kernel/stack.py); a gateway's kernels run elsewhere and are not asked."""
+        from kaizen_kernel.pool import LanguageUnavailable
+        from kaizen_kernel.stack import log_stack
+
+        try:
+            await log_stack(service.pool.kernel_name("python"))
+        except LanguageUnavailable:
+            self.log.warning("Kaizen run_code: no Python kernelspec is installed")
+        except Exception:
+            self.log.warning("Kaizen could not check its kernels' data stack", exc_info=True)
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         if self.kaizen.events_link is not None:
