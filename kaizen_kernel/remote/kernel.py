@@ -749,6 +749,11 @@ class GatewayKernelPool(KernelPool):
             language = spec.get("language") if isinstance(spec, dict) else None
             specs[str(name)] = str(language or "").lower()
         self._specs = specs
+        for language, configured in self._names.items():
+            if configured and configured not in specs:
+                log.error("the kernelspec %r named for %s run_code (KAIZEN_RUN_CODE_KERNELSPEC) "
+                          "is not on the Jupyter gateway (it has: %s); those calls will fail",
+                          configured, language, ", ".join(sorted(specs)) or "none")
 
     def _gateway_name(self, language: str) -> str | None:
         assert self._specs is not None

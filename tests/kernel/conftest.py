@@ -70,12 +70,14 @@ def secret_environment() -> Iterator[None]:
 
 
 @contextlib.asynccontextmanager
-async def serving(root: Path, *, jail: str, pool: int) -> AsyncIterator[Sandbox]:
+async def serving(root: Path, *, jail: str, pool: int,
+                  kernel_names: dict[str, str] | None = None) -> AsyncIterator[Sandbox]:
     """A started RunCodeService under ``root`` with its own loopback bridge server."""
     dispatch = DispatchRecorder()
     service = RunCodeService(RunCodeConfig(
         state_root=root, budget=TEST_BUDGET, process_limits=TEST_LIMITS,
-        jail=jail, pool_sizes={"python": pool}, max_file_bytes=MAX_FILE_BYTES))
+        jail=jail, pool_sizes={"python": pool}, max_file_bytes=MAX_FILE_BYTES,
+        kernel_names=kernel_names))
     app = tornado.web.Application(bridge_handlers("/", service.leases, dispatch))
     sockets = tornado.netutil.bind_sockets(0, "127.0.0.1", family=socket.AF_INET)
     server = tornado.httpserver.HTTPServer(app)
