@@ -2,8 +2,9 @@
 
 One call: validate → lease (actor + conversation) → kernel (warm ephemeral, or the lease's
 persistent one) → bind (workspace, bridge, cap) → execute under the wall-time and output
-budgets → on overrun interrupt, and restart when the program ignores SIGINT → capture the
-declared files → a bounded :class:`RunCodeResult` that says whose failure it was.
+budgets → on overrun interrupt (a control message), and restart when the program ignores it
+→ capture the declared files → a bounded :class:`RunCodeResult` that says whose failure it
+was. A cancelled call (the member's Stop) interrupts its program the same way, at once.
 
 Whose failure (spec: Whose failure it was): a program's traceback, a wall-time overrun the
 sandbox enforced (with or without a restart) and an unavailable language are the *caller's*
@@ -49,6 +50,10 @@ from kaizen_server_extension.protocol.tools import (
 )
 
 log = logging.getLogger(__name__)
+
+# How long a cancelled call's interrupted kernel may take to come back idle (below the tool
+# pipeline's 1 s grace for a cancelled tool, so the call still ends within it).
+CANCEL_INTERRUPT_GRACE_S = 0.75
 
 RunStatus = Literal["ok", "error", "timeout", "restarted"]
 
@@ -381,9 +386,12 @@ class RunCodeService:
                 result.message = "the sandbox lease was released during the call"
             return result
         except asyncio.CancelledError:
-            # The caller gave up (tool deadline, turn cancelled): the kernel may still be
-            # running the program, so it goes — a persistent one included.
-            keep = False
+            # The caller gave up (the member's Stop, the tool deadline): the program is
+            # interrupted now. A kernel back idle within the grace keeps a persistent state;
+            # one still running the program goes, and the next call says its state is lost.
+            keep = persistent and await self._interrupt_cancelled(kernel)
+            if persistent and not keep:
+                lease.lost_state[language] = "call_cancelled"
             raise
         except TransferRefused as refusal:
             # Gateway transfer mode: the call's files could not be brought to the kernel's
@@ -433,6 +441,21 @@ class RunCodeService:
                 resources_mod.project, directory, verified)
             kernel.projected = verified.digest
         return str(directory), kernel.projected_manifest
+
+    @staticmethod
+    async def _interrupt_cancelled(kernel: SandboxKernel) -> bool:
+        """Interrupt the execution of a cancelled call; True when the kernel came back idle.
+        Bounded below the pipeline's grace for a cancelled tool (CANCEL_GRACE_S, 1 s), and
+        finished even if the caller is cancelled again meanwhile."""
+        if not kernel.in_flight:
+            return True  # nothing running: the kernel is as the last execution left it
+        settle = asyncio.ensure_future(kernel.settle_timeout(CANCEL_INTERRUPT_GRACE_S))
+        try:
+            return await asyncio.shield(settle)
+        except asyncio.CancelledError:
+            return False
+        except Exception:
+            return False
 
     async def _after_timeout(self, kernel: SandboxKernel, persistent: bool,
                              result: RunCodeResult) -> RunCodeResult:
@@ -494,6 +517,9 @@ _STATE_LOST_NOTES = {
                        "call: earlier variables are gone",
     "kernel_died": "the persistent kernel had stopped after the last call, so this call ran "
                    "in a fresh kernel: earlier variables are gone",
+    "call_cancelled": "the previous call was stopped while its program ignored the "
+                      "interrupt, so its kernel went and this call ran in a fresh one: "
+                      "earlier variables are gone",
 }
 
 

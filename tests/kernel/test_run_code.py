@@ -238,27 +238,6 @@ async def test_a_kernel_that_cannot_start_is_the_tools_failure(
     assert r.failure_domain == FailureDomain.TOOL
 
 
-async def test_cancelling_a_call_discards_its_kernel(sandbox: Sandbox) -> None:
-    import asyncio
-
-    svc = sandbox.service
-    await svc.run("alice", "conv-cancel", "x = 1", "python", True, [])
-    lease = svc.leases.get("alice", "conv-cancel")
-    assert lease is not None
-    kernel = lease.persistent["python"]
-    task = asyncio.create_task(svc.run("alice", "conv-cancel", "import time\ntime.sleep(60)",
-                                       "python", True, []))
-    await asyncio.sleep(0.5)
-    assert lease.current is kernel and lease.active is not None
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert lease.current is None and lease.active is None
-    assert "python" not in lease.persistent
-    await svc.pool.wait_warm()
-    assert not await kernel.is_alive()
-
-
 @pytest.mark.rule("R-277")
 async def test_a_figure_the_program_shows_becomes_a_canvas_image(sandbox: Sandbox) -> None:
     """matplotlib in the kernel uses IPython's inline backend: ``plt.show()`` (and a figure
