@@ -274,9 +274,17 @@ class SandboxKernel:
             # Known before the wait: a call cancelled mid-way interrupts this execution.
             self._last_msg_id = msg_id
             self.in_flight = True
-            capture = await execute.collect(
-                self.client, msg_id, wall_seconds=wall_seconds, output_bytes=output_bytes,
-                marker_re=self.marker_re, is_alive=self.is_alive)
+            try:
+                capture = await execute.collect(
+                    self.client, msg_id, wall_seconds=wall_seconds, output_bytes=output_bytes,
+                    marker_re=self.marker_re, is_alive=self.is_alive)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if not self.closed or task is None or task.cancelling():
+                    raise
+                # Nobody cancelled the call: the kernel was shut down under it (its lease
+                # released), and closing its channels cancelled the read. It died.
+                return execute.ExecutionCapture(status="died")
             self.in_flight = capture.status == "timeout"  # still running the program
             if capture.status not in ("ok", "error"):
                 return capture
@@ -293,6 +301,8 @@ class SandboxKernel:
     async def settle_timeout(self, grace: float = INTERRUPT_GRACE_S) -> bool:
         """After a wall-time overrun (or a cancelled call): interrupt the execution in flight;
         True when the kernel came back idle within ``grace`` (its state kept)."""
+        if self.closed:
+            return False
         try:
             await self.interrupt()
         except Exception:

@@ -28,7 +28,7 @@ from kaizen_kernel import files as files_mod
 from kaizen_kernel import resources as resources_mod
 from kaizen_kernel.execute import DisplayItem, ExecutionCapture
 from kaizen_kernel.kernel import Binding, KernelLaunchConfig, KernelStartError, SandboxKernel
-from kaizen_kernel.leases import ActiveCall, KernelLease, LeaseManager
+from kaizen_kernel.leases import DEFAULT_MAX_PARKED, ActiveCall, KernelLease, LeaseManager
 from kaizen_kernel.limits import ExecutionBudget, ProcessLimits
 from kaizen_kernel.pool import KernelPool, LanguageUnavailable
 from kaizen_kernel.remote.client import GatewaySettings, TransferRefused
@@ -159,6 +159,9 @@ class RunCodeConfig:
     env_allowlist: tuple[str, ...] | None = None
     pool_sizes: Mapping[str, int] = field(default_factory=lambda: {"python": 1})
     idle_timeout_s: float = 15 * 60.0
+    # Persistent kernels kept for their conversation across a lease release (an approval
+    # wait), oldest reclaimed first; each for at most idle_timeout_s (kaizen_kernel/leases.py).
+    max_parked_kernels: int = DEFAULT_MAX_PARKED
     max_file_bytes: int = files_mod.DEFAULT_MAX_FILE_BYTES
     max_total_file_bytes: int = files_mod.DEFAULT_MAX_TOTAL_BYTES
     bridge_url: str | None = None
@@ -190,7 +193,8 @@ class RunCodeService:
             self.pool = KernelPool(launch, sizes=config.pool_sizes,
                                    kernel_names=config.kernel_names)
         self.leases = LeaseManager(config.state_root / "workspaces",
-                                   idle_timeout_s=config.idle_timeout_s)
+                                   idle_timeout_s=config.idle_timeout_s,
+                                   max_parked=config.max_parked_kernels)
         self._reaper: asyncio.Task[None] | None = None
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -219,7 +223,8 @@ class RunCodeService:
         await self.pool.close()
 
     async def release(self, actor: str, conversation_id: str) -> bool:
-        """Release the lease (and its kernels) before an approval wait (R-239)."""
+        """Release the lease before an approval wait (R-239); its idle persistent kernels are
+        parked for the conversation's next lease, so the approved call resumes them."""
         return await self.leases.release(actor, conversation_id)
 
     def workspace(self, actor: str, conversation_id: str) -> Path:
@@ -520,6 +525,14 @@ _STATE_LOST_NOTES = {
     "call_cancelled": "the previous call was stopped while its program ignored the "
                       "interrupt, so its kernel went and this call ran in a fresh one: "
                       "earlier variables are gone",
+    "released_mid_call": "the sandbox lease was released (an approval was asked) while the "
+                         "persistent kernel was running a call, so it was stopped and this "
+                         "call ran in a fresh kernel: earlier variables are gone",
+    "reclaimed_capacity": "the persistent kernel was reclaimed for capacity while this "
+                          "conversation waited (too many kernels were parked), so this call "
+                          "ran in a fresh kernel: earlier variables are gone",
+    "reclaimed_idle": "the persistent kernel was reclaimed after being idle too long, so this "
+                      "call ran in a fresh kernel: earlier variables are gone",
 }
 
 

@@ -403,6 +403,7 @@ class KaizenApp(ExtensionApp):
             kernel_names={"python": settings.KAIZEN_RUN_CODE_KERNELSPEC}
             if settings.KAIZEN_RUN_CODE_KERNELSPEC else None,
             idle_timeout_s=settings.KAIZEN_KERNEL_IDLE_SECONDS,
+            max_parked_kernels=settings.KAIZEN_KERNEL_MAX_PARKED,
             jail=settings.KAIZEN_SANDBOX_JAIL,
             # With --gateway-url the server's kernels live on the gateway; so do ours.
             gateway=GatewaySettings(

@@ -145,6 +145,9 @@ class KaizenSettings(BaseModel):
     # --- run_code kernels ------------------------------------------------------------------
     KAIZEN_KERNEL_CONSOLE: bool = True
     KAIZEN_KERNEL_IDLE_SECONDS: Annotated[float, Field(ge=1, le=7 * 24 * 3600)] = 900.0
+    #: Persistent kernels kept across an approval wait (parked when the lease is released,
+    #: R-239), oldest reclaimed first; each also for at most KAIZEN_KERNEL_IDLE_SECONDS.
+    KAIZEN_KERNEL_MAX_PARKED: Annotated[int, Field(ge=0, le=256)] = 16
     KAIZEN_SANDBOX_JAIL: Literal["auto", "off", "required"] = "auto"
     #: An installed kernelspec (a conda env's or virtualenv's python3) for Python run_code;
     #: empty: the server's own ``python3``. It needs ipykernel there, not Kaizen.

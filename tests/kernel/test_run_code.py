@@ -200,19 +200,6 @@ async def test_missing_artifact_targets_rejected_before_any_kernel(sandbox: Sand
     assert r.status == "ok" and r.stdout == "1\n"
 
 
-async def test_release_stops_persistent_kernels(sandbox: Sandbox) -> None:
-    svc = sandbox.service
-    await svc.run("alice", "conv-rel", "x = 5", "python", True, [])
-    lease = svc.leases.get("alice", "conv-rel")
-    assert lease is not None
-    kernel = lease.persistent["python"]
-    assert await svc.release("alice", "conv-rel")
-    assert not await kernel.is_alive()
-    assert svc.leases.by_token(lease.token) is None
-    r = await svc.run("alice", "conv-rel", "print(x)", "python", True, [])
-    assert r.error_name == "NameError"  # released: persistent state does not survive
-
-
 async def test_a_kernel_that_dies_is_the_tools_failure(sandbox: Sandbox) -> None:
     r = await sandbox.service.run("alice", "conv-die", "import os\nos._exit(3)", "python",
                                   True, [], wall_seconds=15)
