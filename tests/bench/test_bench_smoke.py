@@ -7,6 +7,7 @@ The four benches run concurrently as subprocesses to keep this module quick.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -31,7 +32,8 @@ BENCHES: dict[str, tuple[list[str], int, set[str]]] = {
     "turns_throughput": (["--n", "1", "--rooms", "3"], 1, COMMON | {
         "rooms", "turns", "tool_calls_per_turn", "turns_per_s", "tool_calls_per_s",
         "elapsed_s", "completed", "baseline_turns_per_s", "ratio"}),
-    "run_code": (["--n", "5"], 6, COMMON),
+    # interrupt_to_usable prints a second line, for the jail, where bubblewrap is installed.
+    "run_code": (["--n", "5"], 7 + (shutil.which("bwrap") is not None), COMMON),
     "notebook": (["--n", "2"], 2, COMMON | PERCENTILES | {"figure", "p50_ms"}),
     "takeover": (["--n", "1"], 1, COMMON | {"figure", "baseline_s", "ratio", "violations"}),
 }
@@ -45,6 +47,8 @@ FIGURE_KEYS: dict[tuple[str, str], set[str]] = {
     ("notebook", "kernel_probe"): {"bytes_raw", "bytes_returned", "frames"},
     ("notebook", "attach_200_cells"): {"prompt_chars", "prompt_tokens", "notebook_bytes"},
     ("takeover", "restart_to_recovered"): {"resumed_after_ready_p50_s"},
+    ("run_code", "interrupt_to_usable"): {"jail", "p50_ms", "baseline_p50_ms", "ratio",
+                                          "state_kept"},
 }
 
 
