@@ -246,7 +246,12 @@ class SandboxKernel:
                                      allow_stdin=False)
         self._last_msg_id = msg_id
         self.in_flight = True
-        reply = await execute.wait_reply(self.client, msg_id, seconds)
+        try:
+            reply = await execute.wait_reply(self.client, msg_id, seconds)
+        except asyncio.CancelledError:
+            if not self._shut_under_us():
+                raise
+            raise KernelStartError("kernel was shut down during setup") from None
         self.in_flight = reply is None
         if reply is None:
             raise KernelStartError("kernel setup timed out")
@@ -279,11 +284,8 @@ class SandboxKernel:
                     self.client, msg_id, wall_seconds=wall_seconds, output_bytes=output_bytes,
                     marker_re=self.marker_re, is_alive=self.is_alive)
             except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if not self.closed or task is None or task.cancelling():
+                if not self._shut_under_us():
                     raise
-                # Nobody cancelled the call: the kernel was shut down under it (its lease
-                # released), and closing its channels cancelled the read. It died.
                 return execute.ExecutionCapture(status="died")
             self.in_flight = capture.status == "timeout"  # still running the program
             if capture.status not in ("ok", "error"):
@@ -297,6 +299,12 @@ class SandboxKernel:
             execute.apply_reply_status(capture, reply)
             return capture
         raise AssertionError("unreachable")
+
+    def _shut_under_us(self) -> bool:
+        """A CancelledError nobody asked for: the kernel was shut down under a call (its
+        lease released), and closing its channels cancelled the read in flight."""
+        task = asyncio.current_task()
+        return self.closed and task is not None and not task.cancelling()
 
     async def settle_timeout(self, grace: float = INTERRUPT_GRACE_S) -> bool:
         """After a wall-time overrun (or a cancelled call): interrupt the execution in flight;
