@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 
+from kaizen_kernel.service import RunCodeConfig, RunCodeService
 from kaizen_server_extension.protocol.tools import Capability
-from tests.kernel.conftest import Sandbox
+from tests.kernel.conftest import TEST_BUDGET, Sandbox
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -50,26 +52,28 @@ async def test_a_released_lease_parks_its_kernel_and_the_next_lease_resumes_it(
 
 
 async def test_parked_kernels_are_bounded_and_the_oldest_is_reclaimed_first(
-        sandbox: Sandbox) -> None:
-    svc = sandbox.service
-    leases = svc.leases
-    saved = leases.max_parked
-    leases.max_parked = leases.parked_count() + 1
+        tmp_path: Path) -> None:
+    svc = RunCodeService(RunCodeConfig(state_root=tmp_path, budget=TEST_BUDGET, jail="off",
+                                       pool_sizes={"python": 0}, max_parked_kernels=1))
+    await svc.start()
     try:
+        leases = svc.leases
         for conversation in ("conv-cap-a", "conv-cap-b"):
             await svc.run("alice", conversation, "x = 1", "python", True, [])
         oldest = leases.get("alice", "conv-cap-a").persistent["python"]  # type: ignore[union-attr]
         assert await svc.release("alice", "conv-cap-a")
+        assert leases.parked_count() == 1
         assert await svc.release("alice", "conv-cap-b")
+        assert leases.parked_count() == 1
         assert not leases.parked("alice", "conv-cap-a") and leases.parked("alice", "conv-cap-b")
         assert not await oldest.is_alive()
+        lost = await svc.run("alice", "conv-cap-a", "print(x)", "python", True, [])
+        assert lost.error_name == "NameError" and lost.state_lost
+        assert "reclaimed for capacity" in lost.message
+        kept = await svc.run("alice", "conv-cap-b", "print(x)", "python", True, [])
+        assert kept.stdout == "1\n" and not kept.state_lost
     finally:
-        leases.max_parked = saved
-    lost = await svc.run("alice", "conv-cap-a", "print(x)", "python", True, [])
-    assert lost.error_name == "NameError" and lost.state_lost
-    assert "reclaimed for capacity" in lost.message
-    kept = await svc.run("alice", "conv-cap-b", "print(x)", "python", True, [])
-    assert kept.stdout == "1\n" and not kept.state_lost
+        await svc.close()
 
 
 async def test_a_kernel_parked_past_the_idle_time_is_reclaimed_and_says_so(
