@@ -9,9 +9,15 @@ Prints one JSON line per figure (``"bench": "run_code"``, the figure under ``"fi
 * ``run_code_pipeline_persistent`` — the same persistent run as a model's call makes it: the
   run's host journals ``tool.requested``, the store-backed guarded pipeline runs it and the
   host journals ``tool.settled`` with the audit row (SQLite), vs the direct persistent run;
-* ``wall_limit_recovery`` — from the wall limit firing on a SIGINT-ignoring C loop to a
-  usable kernel again;
-* ``output_flood`` — printing 50 MiB: time until the call returns with ≤ the output cap.
+* ``wall_limit_recovery`` — from the wall limit firing on a C loop that ignores the interrupt
+  to a usable (restarted) kernel again;
+* ``output_flood`` — printing 50 MiB: time until the call returns with ≤ the output cap;
+* ``interrupt_to_usable`` — one line per jail mode (``off``, and ``bwrap`` when bubblewrap is
+  installed): a persistent ``k = 7``, then a Python ``while True: time.sleep(0.1)`` overrunning
+  its wall limit, interrupted (the kernel protocol's ``interrupt_request``) and the next call
+  printing ``k``; from the wall limit firing to that call's return, in ms. Baseline: a bare
+  jupyter_client interrupt of a plain ipykernel (``AsyncKernelManager``, no provisioner, no
+  jail, its default interrupt), from sending it to the next execution's reply printing ``k``.
 
 Usage: ``python bench/run_code.py [--n N]``.
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import socket
 import sys
 import tempfile
@@ -113,6 +120,103 @@ async def through_pipeline(service: RunCodeService, n: int, direct_p50_us: float
               **stats, "baseline_p50_us": us(direct_p50_us),
               "ratio": ratio(stats["p50_us"], direct_p50_us), "target_p50_us": 10_000.0,
               "meets_target": stats["p50_us"] <= 10_000.0, "n": n})
+
+
+INTERRUPT_WALL_S = 0.3
+SPIN = "import time\nwhile True:\n    time.sleep(0.1)\n"
+
+
+async def _ours_interrupt_ms(service: RunCodeService, conversation: str) -> float:
+    """Wall limit firing → interrupted → the next call has ``k``: ms (one trial)."""
+    start = time.monotonic()
+    overran = await service.run("bench", conversation, SPIN, "python", True, [],
+                                wall_seconds=INTERRUPT_WALL_S)
+    shown = await service.run("bench", conversation, "print(k)", "python", True, [])
+    elapsed = time.monotonic() - start - INTERRUPT_WALL_S
+    assert overran.status == "timeout" and not overran.state_lost, overran.to_payload()
+    assert shown.stdout == "7\n", shown.to_payload()
+    return elapsed * 1000
+
+
+class _BareKernel:
+    """A plain ipykernel through jupyter_client alone: the baseline's interrupt."""
+
+    def __init__(self) -> None:
+        from jupyter_client.manager import AsyncKernelManager
+
+        self.km = AsyncKernelManager(kernel_name="python3")
+        self.client: Any = None
+
+    async def start(self) -> None:
+        await self.km.start_kernel()
+        self.client = self.km.client()
+        self.client.start_channels()
+        await self.client.wait_for_ready(timeout=60)
+        await self._run("k = 7")
+
+    async def _run(self, code: str, seconds: float = 30.0) -> dict[str, Any]:
+        from kaizen_kernel import execute
+
+        msg_id = self.client.execute(code)
+        reply = await execute.wait_reply(self.client, msg_id, seconds)
+        assert reply is not None
+        return reply
+
+    async def interrupt_ms(self) -> float:
+        from kaizen_kernel import execute
+
+        msg_id = self.client.execute(SPIN)
+        await asyncio.sleep(INTERRUPT_WALL_S)
+        start = time.monotonic()
+        await self.km.interrupt_kernel()
+        assert await execute.drain_until_idle(self.client, msg_id, 10.0)
+        await execute.wait_reply(self.client, msg_id, 5.0)
+        msg_id = self.client.execute("print(k)")
+        reply = await execute.wait_reply(self.client, msg_id, 10.0)
+        elapsed = time.monotonic() - start
+        assert reply is not None and reply["content"]["status"] == "ok"
+        return elapsed * 1000
+
+    async def stop(self) -> None:
+        self.client.stop_channels()
+        await self.km.shutdown_kernel(now=True)
+
+
+async def interrupt_figures(unjailed: RunCodeService, root: Path, trials: int) -> None:
+    from kaizen_kernel.provisioner import find_bwrap
+
+    modes: list[tuple[str, RunCodeService]] = [("off", unjailed)]
+    jailed: RunCodeService | None = None
+    if find_bwrap() is not None:
+        jailed = RunCodeService(RunCodeConfig(
+            state_root=root / "jailed", jail="required", pool_sizes={"python": 0},
+            budget=ExecutionBudget(wall_seconds=20, output_bytes=1024 * 1024)))
+        await jailed.start()
+        modes.append(("bwrap", jailed))
+    bare = _BareKernel()
+    await bare.start()
+    try:
+        for jail, service in modes:
+            conversation = f"interrupt-{jail}"
+            done = await service.run("bench", conversation, "k = 7", "python", True, [])
+            assert done.status == "ok", done.to_payload()
+            ours: list[float] = []
+            base: list[float] = []
+            for _ in range(trials):  # interleaved, so both see the same machine load
+                ours.append(await _ours_interrupt_ms(service, conversation))
+                base.append(await bare.interrupt_ms())
+            ours.sort()
+            base.sort()
+            p50, bare_p50 = ours[len(ours) // 2], base[len(base) // 2]
+            emit({"db": "none", "bench": "run_code", "figure": "interrupt_to_usable",
+                  "jail": jail, "p50_ms": round(p50, 1),
+                  "p95_ms": round(ours[min(len(ours) - 1, round(0.95 * (len(ours) - 1)))], 1),
+                  "baseline_p50_ms": round(bare_p50, 1), "ratio": ratio(p50, bare_p50),
+                  "state_kept": True, "wall_s": INTERRUPT_WALL_S, "n": trials})
+    finally:
+        await bare.stop()
+        if jailed is not None:
+            await jailed.close()
 
 
 async def _no_model(snapshot: Any) -> Any:
@@ -235,12 +339,23 @@ async def main(n: int) -> None:
                 "n": 1,
             }
         )
+        await interrupt_figures(service, root, max(3, n // 20))
     finally:
         server.stop()
         await service.close()
 
 
+def _figures_alone_on_stdout() -> None:
+    """The kernels this bench starts inherit its stdout, and a jailed ipykernel (no parent
+    pid in its namespace) prints its connection banner there: they get stderr instead, and
+    only the JSON figures go to stdout."""
+    figures = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = open(figures, "w", buffering=1, encoding="utf-8")
+
+
 if __name__ == "__main__":
+    _figures_alone_on_stdout()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--db", default="none", help="accepted for uniformity; no database")

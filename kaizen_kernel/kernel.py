@@ -35,7 +35,9 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 60.0
 SETUP_TIMEOUT_S = 15.0
-INTERRUPT_GRACE_S = 2.0
+# How long an interrupted kernel may take to come back idle before it counts as ignoring the
+# interrupt (and is restarted, its state lost).
+INTERRUPT_GRACE_S = 1.0
 ABORT_RETRY_S = 0.25
 
 
@@ -104,6 +106,9 @@ class SandboxKernel:
         self.start_seconds = 0.0
         self.closed = False
         self._last_msg_id = ""
+        # An execution was sent and the kernel has not been seen idle since (a cancelled call
+        # interrupts it; a kernel that finished its work needs nothing).
+        self.in_flight = False
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -198,7 +203,28 @@ class SandboxKernel:
         if previous is not None:
             await self.bind(previous)
 
+    def interrupts_by_message(self) -> bool:
+        """Whether this kernel is interrupted by the kernel protocol's ``interrupt_request``
+        on its control channel rather than by a signal. A message reaches a kernel wherever
+        its channels do; SIGINT sent to ``bwrap`` does not reach a kernel in the jail's PID
+        namespace. ipykernel answers it on its control thread while the shell is busy (it
+        then raises KeyboardInterrupt in the program); another kernel only when its
+        kernelspec says ``interrupt_mode: message`` (tslab treats control like shell)."""
+        spec = self.km.kernel_spec if self.km is not None else None
+        return self.language == "python" or getattr(spec, "interrupt_mode", "") == "message"
+
+    async def send_interrupt_request(self) -> None:
+        client = self.client
+        # The replies to earlier interrupts, which nobody waits for, go first.
+        with contextlib.suppress(Exception):
+            for _ in range(100):
+                await client.get_control_msg(timeout=0)
+        client.control_channel.send(client.session.msg("interrupt_request", {}))
+
     async def interrupt(self) -> None:
+        if self.interrupts_by_message():
+            await self.send_interrupt_request()
+            return
         assert self.km is not None
         await self.km.interrupt_kernel()
 
@@ -218,7 +244,15 @@ class SandboxKernel:
         """Run server-authored setup code; any failure is a kernel (tool) failure."""
         msg_id = self.client.execute(code, silent=True, store_history=False,
                                      allow_stdin=False)
-        reply = await execute.wait_reply(self.client, msg_id, seconds)
+        self._last_msg_id = msg_id
+        self.in_flight = True
+        try:
+            reply = await execute.wait_reply(self.client, msg_id, seconds)
+        except asyncio.CancelledError:
+            if not self._shut_under_us():
+                raise
+            raise KernelStartError("kernel was shut down during setup") from None
+        self.in_flight = reply is None
         if reply is None:
             raise KernelStartError("kernel setup timed out")
         if reply.get("content", {}).get("status") != "ok":
@@ -242,10 +276,18 @@ class SandboxKernel:
         for attempt in range(2):
             msg_id = self.client.execute(code, silent=False, store_history=True,
                                          allow_stdin=False)
-            capture = await execute.collect(
-                self.client, msg_id, wall_seconds=wall_seconds, output_bytes=output_bytes,
-                marker_re=self.marker_re, is_alive=self.is_alive)
+            # Known before the wait: a call cancelled mid-way interrupts this execution.
             self._last_msg_id = msg_id
+            self.in_flight = True
+            try:
+                capture = await execute.collect(
+                    self.client, msg_id, wall_seconds=wall_seconds, output_bytes=output_bytes,
+                    marker_re=self.marker_re, is_alive=self.is_alive)
+            except asyncio.CancelledError:
+                if not self._shut_under_us():
+                    raise
+                return execute.ExecutionCapture(status="died")
+            self.in_flight = capture.status == "timeout"  # still running the program
             if capture.status not in ("ok", "error"):
                 return capture
             reply = await execute.wait_reply(self.client, msg_id, 1.0)
@@ -258,11 +300,23 @@ class SandboxKernel:
             return capture
         raise AssertionError("unreachable")
 
+    def _shut_under_us(self) -> bool:
+        """A CancelledError nobody asked for: the kernel was shut down under a call (its
+        lease released), and closing its channels cancelled the read in flight."""
+        task = asyncio.current_task()
+        return self.closed and task is not None and not task.cancelling()
+
     async def settle_timeout(self, grace: float = INTERRUPT_GRACE_S) -> bool:
-        """After a wall-time overrun: interrupt; True when the kernel came back idle."""
+        """After a wall-time overrun (or a cancelled call): interrupt the execution in flight;
+        True when the kernel came back idle within ``grace`` (its state kept)."""
+        if self.closed:
+            return False
         try:
             await self.interrupt()
         except Exception:
+            log.warning("interrupting run_code kernel %s failed", self.kernel_id, exc_info=True)
             return False
-        return await execute.drain_until_idle(self.client, self._last_msg_id, grace)
+        idle = await execute.drain_until_idle(self.client, self._last_msg_id, grace)
+        self.in_flight = not idle
+        return idle
 

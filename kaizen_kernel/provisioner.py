@@ -162,6 +162,56 @@ def python_ro_paths() -> list[str]:
     return out
 
 
+def interpreter_ro_paths(cmd: Sequence[str]) -> list[str]:
+    """Prefixes a jailed kernel of *another* environment needs to read (a kernelspec named by
+    ``KAIZEN_RUN_CODE_KERNELSPEC``): the environment its interpreter lives in (``<prefix>/bin/
+    python`` -> ``<prefix>``), where that interpreter really is, and a virtualenv's base
+    interpreter (``home`` in its ``pyvenv.cfg``). Nothing for a bare command name, and
+    nothing under ``/usr`` (bound already)."""
+    if not cmd or not os.path.isabs(cmd[0]):
+        return []
+    candidates: list[str] = []
+
+    def environment_of(exe: str) -> None:
+        bindir = os.path.dirname(exe)
+        candidates.append(bindir)
+        prefix = os.path.dirname(bindir)
+        # Only a directory that is a Python environment, never e.g. a home holding ~/bin.
+        if _is_python_prefix(prefix):
+            candidates.append(prefix)
+
+    environment_of(cmd[0])
+    environment_of(os.path.realpath(cmd[0]))
+    try:
+        cfg_path = os.path.join(os.path.dirname(os.path.dirname(cmd[0])), "pyvenv.cfg")
+        with open(cfg_path, encoding="utf-8") as cfg:
+            for line in cfg:
+                key, _, value = line.partition("=")
+                if key.strip() == "home" and os.path.isabs(value.strip()):
+                    environment_of(os.path.join(os.path.realpath(value.strip()), "python"))
+    except OSError:
+        pass
+    out: list[str] = []
+    for path in candidates:
+        under_usr = path == "/usr" or path.startswith("/usr/")
+        if path and path != "/" and os.path.isdir(path) and not under_usr and path not in out:
+            out.append(path)
+    return out
+
+
+def _is_python_prefix(path: str) -> bool:
+    """A virtualenv, a conda environment or an installed Python (``lib/python3.*``)."""
+    if not path or path == "/":
+        return False
+    if os.path.isfile(os.path.join(path, "pyvenv.cfg")) or \
+            os.path.isdir(os.path.join(path, "conda-meta")):
+        return True
+    try:
+        return any(name.startswith("python3") for name in os.listdir(os.path.join(path, "lib")))
+    except OSError:
+        return False
+
+
 def find_bwrap() -> str | None:
     return shutil.which("bwrap")
 
@@ -220,7 +270,7 @@ class SandboxProvisioner(LocalProvisioner):
         bwrap = self._bwrap()
         self.jailed = bwrap is not None
         if bwrap is not None:
-            ro = python_ro_paths()
+            ro = python_ro_paths() + interpreter_ro_paths(inner)
             # A connection file inside the (writable) kernel home is visible already.
             if connection_file and not Path(connection_file).resolve().is_relative_to(home):
                 ro.append(os.path.realpath(connection_file))

@@ -2,8 +2,9 @@
 
 One call: validate → lease (actor + conversation) → kernel (warm ephemeral, or the lease's
 persistent one) → bind (workspace, bridge, cap) → execute under the wall-time and output
-budgets → on overrun interrupt, and restart when the program ignores SIGINT → capture the
-declared files → a bounded :class:`RunCodeResult` that says whose failure it was.
+budgets → on overrun interrupt (a control message), and restart when the program ignores it
+→ capture the declared files → a bounded :class:`RunCodeResult` that says whose failure it
+was. A cancelled call (the member's Stop) interrupts its program the same way, at once.
 
 Whose failure (spec: Whose failure it was): a program's traceback, a wall-time overrun the
 sandbox enforced (with or without a restart) and an unavailable language are the *caller's*
@@ -27,7 +28,7 @@ from kaizen_kernel import files as files_mod
 from kaizen_kernel import resources as resources_mod
 from kaizen_kernel.execute import DisplayItem, ExecutionCapture
 from kaizen_kernel.kernel import Binding, KernelLaunchConfig, KernelStartError, SandboxKernel
-from kaizen_kernel.leases import ActiveCall, KernelLease, LeaseManager
+from kaizen_kernel.leases import DEFAULT_MAX_PARKED, ActiveCall, KernelLease, LeaseManager
 from kaizen_kernel.limits import ExecutionBudget, ProcessLimits
 from kaizen_kernel.pool import KernelPool, LanguageUnavailable
 from kaizen_kernel.remote.client import GatewaySettings, TransferRefused
@@ -49,6 +50,10 @@ from kaizen_server_extension.protocol.tools import (
 )
 
 log = logging.getLogger(__name__)
+
+# How long a cancelled call's interrupted kernel may take to come back idle (below the tool
+# pipeline's 1 s grace for a cancelled tool, so the call still ends within it).
+CANCEL_INTERRUPT_GRACE_S = 0.75
 
 RunStatus = Literal["ok", "error", "timeout", "restarted"]
 
@@ -154,6 +159,9 @@ class RunCodeConfig:
     env_allowlist: tuple[str, ...] | None = None
     pool_sizes: Mapping[str, int] = field(default_factory=lambda: {"python": 1})
     idle_timeout_s: float = 15 * 60.0
+    # Persistent kernels kept for their conversation across a lease release (an approval
+    # wait), oldest reclaimed first; each for at most idle_timeout_s (kaizen_kernel/leases.py).
+    max_parked_kernels: int = DEFAULT_MAX_PARKED
     max_file_bytes: int = files_mod.DEFAULT_MAX_FILE_BYTES
     max_total_file_bytes: int = files_mod.DEFAULT_MAX_TOTAL_BYTES
     bridge_url: str | None = None
@@ -185,7 +193,8 @@ class RunCodeService:
             self.pool = KernelPool(launch, sizes=config.pool_sizes,
                                    kernel_names=config.kernel_names)
         self.leases = LeaseManager(config.state_root / "workspaces",
-                                   idle_timeout_s=config.idle_timeout_s)
+                                   idle_timeout_s=config.idle_timeout_s,
+                                   max_parked=config.max_parked_kernels)
         self._reaper: asyncio.Task[None] | None = None
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -214,7 +223,8 @@ class RunCodeService:
         await self.pool.close()
 
     async def release(self, actor: str, conversation_id: str) -> bool:
-        """Release the lease (and its kernels) before an approval wait (R-239)."""
+        """Release the lease before an approval wait (R-239); its idle persistent kernels are
+        parked for the conversation's next lease, so the approved call resumes them."""
         return await self.leases.release(actor, conversation_id)
 
     def workspace(self, actor: str, conversation_id: str) -> Path:
@@ -381,9 +391,12 @@ class RunCodeService:
                 result.message = "the sandbox lease was released during the call"
             return result
         except asyncio.CancelledError:
-            # The caller gave up (tool deadline, turn cancelled): the kernel may still be
-            # running the program, so it goes — a persistent one included.
-            keep = False
+            # The caller gave up (the member's Stop, the tool deadline): the program is
+            # interrupted now. A kernel back idle within the grace keeps a persistent state;
+            # one still running the program goes, and the next call says its state is lost.
+            keep = persistent and await self._interrupt_cancelled(kernel)
+            if persistent and not keep:
+                lease.lost_state[language] = "call_cancelled"
             raise
         except TransferRefused as refusal:
             # Gateway transfer mode: the call's files could not be brought to the kernel's
@@ -433,6 +446,21 @@ class RunCodeService:
                 resources_mod.project, directory, verified)
             kernel.projected = verified.digest
         return str(directory), kernel.projected_manifest
+
+    @staticmethod
+    async def _interrupt_cancelled(kernel: SandboxKernel) -> bool:
+        """Interrupt the execution of a cancelled call; True when the kernel came back idle.
+        Bounded below the pipeline's grace for a cancelled tool (CANCEL_GRACE_S, 1 s), and
+        finished even if the caller is cancelled again meanwhile."""
+        if not kernel.in_flight:
+            return True  # nothing running: the kernel is as the last execution left it
+        settle = asyncio.ensure_future(kernel.settle_timeout(CANCEL_INTERRUPT_GRACE_S))
+        try:
+            return await asyncio.shield(settle)
+        except asyncio.CancelledError:
+            return False
+        except Exception:
+            return False
 
     async def _after_timeout(self, kernel: SandboxKernel, persistent: bool,
                              result: RunCodeResult) -> RunCodeResult:
@@ -494,6 +522,17 @@ _STATE_LOST_NOTES = {
                        "call: earlier variables are gone",
     "kernel_died": "the persistent kernel had stopped after the last call, so this call ran "
                    "in a fresh kernel: earlier variables are gone",
+    "call_cancelled": "the previous call was stopped while its program ignored the "
+                      "interrupt, so its kernel went and this call ran in a fresh one: "
+                      "earlier variables are gone",
+    "released_mid_call": "the sandbox lease was released (an approval was asked) while the "
+                         "persistent kernel was running a call, so it was stopped and this "
+                         "call ran in a fresh kernel: earlier variables are gone",
+    "reclaimed_capacity": "the persistent kernel was reclaimed for capacity while this "
+                          "conversation waited (too many kernels were parked), so this call "
+                          "ran in a fresh kernel: earlier variables are gone",
+    "reclaimed_idle": "the persistent kernel was reclaimed after being idle too long, so this "
+                      "call ran in a fresh kernel: earlier variables are gone",
 }
 
 

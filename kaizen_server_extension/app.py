@@ -120,6 +120,11 @@ class KaizenApp(ExtensionApp):
         "KAIZEN_TASK_POLL_SECONDS, else 5). A due task fires once however many replicas "
         "look: see docs/tasks.md.",
     ).tag(config=True)
+    run_code_kernelspec = Unicode(
+        help="An installed kernelspec that runs Python run_code (e.g. a conda env's python3; it "
+        "needs ipykernel, not Kaizen). Default: KAIZEN_RUN_CODE_KERNELSPEC, else the server's "
+        "own python3. An unknown name stops start-up.",
+    ).tag(config=True)
 
     _default_database_url = _from_settings("database_url")
     _default_database_schema = _from_settings("database_schema")
@@ -134,6 +139,7 @@ class KaizenApp(ExtensionApp):
     _default_kernel_idle_seconds = _from_settings("kernel_idle_seconds")
     _default_sandbox_jail = _from_settings("sandbox_jail")
     _default_task_poll_seconds = _from_settings("task_poll_seconds")
+    _default_run_code_kernelspec = _from_settings("run_code_kernelspec")
 
     kaizen: KaizenContext
     _run_code: Any = None
@@ -175,6 +181,7 @@ class KaizenApp(ExtensionApp):
         if settings.KAIZEN_SANDBOX_JAIL == "required" and find_bwrap() is None:
             self._refuse_to_start("Invalid setting KAIZEN_SANDBOX_JAIL: 'required' but "
                                   "bubblewrap (bwrap) is not installed")
+        self._check_run_code_kernelspec(settings.KAIZEN_RUN_CODE_KERNELSPEC)
         database_url = settings.database_url(Path(jupyter_data_dir()))
         schema = settings.KAIZEN_DATABASE_SCHEMA or None
         plugins = self._load_plugins(settings)
@@ -205,6 +212,29 @@ class KaizenApp(ExtensionApp):
         from kaizen_server_extension.api import handlers
 
         self.handlers.extend(handlers.routes(library=self.kaizen.library_enabled))
+
+    def _check_run_code_kernelspec(self, name: str) -> None:
+        """The kernelspec named for run_code is installed here and runs Python; else start-up
+        stops naming the setting. A gateway's kernelspecs are its own (checked when its
+        kernels are first listed, kaizen_kernel/remote/kernel.py)."""
+        serverapp = self.serverapp
+        gateway = getattr(serverapp, "gateway_config", None)
+        if not name or (gateway is not None and gateway.gateway_enabled):
+            return
+        from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+        manager = getattr(serverapp, "kernel_spec_manager", None) or KernelSpecManager()
+        setting = "KAIZEN_RUN_CODE_KERNELSPEC (c.KaizenApp.run_code_kernelspec)"
+        try:
+            spec = manager.get_kernel_spec(name)
+        except NoSuchKernel:
+            installed = ", ".join(sorted(manager.find_kernel_specs())) or "none"
+            self._refuse_to_start(f"Invalid setting {setting}: no kernelspec named {name!r} is "
+                                  f"installed (installed: {installed}; see jupyter kernelspec "
+                                  "list)")
+        if (spec.language or "").lower() != "python":
+            self._refuse_to_start(f"Invalid setting {setting}: kernelspec {name!r} runs "
+                                  f"{spec.language or 'an unknown language'}, not Python")
 
     def _configure_kaizen_logs(self, settings: KaizenSettings) -> None:
         from kaizen_server_extension import logs
@@ -370,7 +400,10 @@ class KaizenApp(ExtensionApp):
             budget=ExecutionBudget(wall_seconds=float(settings.SANDBOX_MAX_WALL_SECONDS),
                                    output_bytes=settings.SANDBOX_MAX_OUTPUT_BYTES),
             pool_sizes={"python": settings.KAIZEN_KERNEL_POOL_SIZE},
+            kernel_names={"python": settings.KAIZEN_RUN_CODE_KERNELSPEC}
+            if settings.KAIZEN_RUN_CODE_KERNELSPEC else None,
             idle_timeout_s=settings.KAIZEN_KERNEL_IDLE_SECONDS,
+            max_parked_kernels=settings.KAIZEN_KERNEL_MAX_PARKED,
             jail=settings.KAIZEN_SANDBOX_JAIL,
             # With --gateway-url the server's kernels live on the gateway; so do ours.
             gateway=GatewaySettings(
@@ -399,6 +432,8 @@ class KaizenApp(ExtensionApp):
         default_run_metrics().attach_run_code(service)
         self._run_code = service
         await service.start()
+        if service.config.gateway is None:
+            await self._log_kernel_stack(service)
         # Persistent kernels can be attached to the Jupyter server's kernel manager for a
         # console (withdrawn when their lease lets them go; api/kernel_console.py).
         from kaizen_kernel.console import KernelConsoles
@@ -406,6 +441,19 @@ class KaizenApp(ExtensionApp):
 
         serverapp.web_app.settings[SETTINGS_KEY] = KernelConsoles(
             serverapp.kernel_manager, service, enabled=settings.KAIZEN_KERNEL_CONSOLE)
+
+    async def _log_kernel_stack(self, service: Any) -> None:
+        """One line naming which of the data stack the Python kernels' interpreter has
+        (kaizen_kernel/stack.py); a gateway's kernels run elsewhere and are not asked."""
+        from kaizen_kernel.pool import LanguageUnavailable
+        from kaizen_kernel.stack import log_stack
+
+        try:
+            await log_stack(service.pool.kernel_name("python"))
+        except LanguageUnavailable:
+            self.log.warning("Kaizen run_code: no Python kernelspec is installed")
+        except Exception:
+            self.log.warning("Kaizen could not check its kernels' data stack", exc_info=True)
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         if self.kaizen.events_link is not None:

@@ -9,7 +9,8 @@ Exported through Jupyter's ``/metrics`` with the tool-run counter (tools/metrics
   database (every replica reports the same figure; ``queued`` is the queue depth), sampled
   every ``KAIZEN_METRICS_INTERVAL_SECONDS``;
 * ``kaizen_run_code_kernels{state}`` (``warm`` in the pool, ``leased`` to a member's
-  run_code lease) and ``kaizen_run_code_leases``, read from this process's kernels.
+  run_code lease, ``parked`` for a conversation waiting on an approval) and
+  ``kaizen_run_code_leases``, read from this process's kernels.
 
 A run that settles is logged once, at WARNING when it failed, with its run and conversation
 ids and reason code: the line an operator starts from for a failed run.
@@ -52,14 +53,15 @@ class RunMetrics:
                                "database, by status (queued is the queue depth).",
                                ("status",), registry=reg)
         self.kernels = Gauge("kaizen_run_code_kernels", "run_code kernels of this process: "
-                             "warm in the pool, or leased to a member's conversation.",
+                             "warm in the pool, leased to a member's conversation, or parked "
+                             "for a conversation waiting on an approval.",
                              ("state",), registry=reg)
         self.leases = Gauge("kaizen_run_code_leases", "Live run_code leases (a member's "
                             "workspace and persistent kernels in one conversation).",
                             registry=reg)
         for status in OPEN_RUN_STATUSES:
             self.open_runs.labels(status=status).set(0)
-        for state in ("warm", "leased"):
+        for state in ("warm", "leased", "parked"):
             self.kernels.labels(state=state).set(0)
         self._started: OrderedDict[str, datetime] = OrderedDict()
         self._sampler: asyncio.Task[None] | None = None
@@ -106,6 +108,8 @@ class RunMetrics:
             lambda: float(service.pool.warm_count("python")))
         self.kernels.labels(state="leased").set_function(
             lambda: float(service.leases.kernel_count()))
+        self.kernels.labels(state="parked").set_function(
+            lambda: float(service.leases.parked_count()))
         self.leases.set_function(lambda: float(len(service.leases)))
 
     async def sample_open_runs(self, store: Store) -> None:

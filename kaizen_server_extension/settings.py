@@ -48,6 +48,7 @@ TRAITS: Mapping[str, str] = {
     "kernel_idle_seconds": "KAIZEN_KERNEL_IDLE_SECONDS",
     "sandbox_jail": "KAIZEN_SANDBOX_JAIL",
     "task_poll_seconds": "KAIZEN_TASK_POLL_SECONDS",
+    "run_code_kernelspec": "KAIZEN_RUN_CODE_KERNELSPEC",
 }
 SETTING_TRAITS: Mapping[str, str] = {setting: trait for trait, setting in TRAITS.items()}
 
@@ -144,7 +145,14 @@ class KaizenSettings(BaseModel):
     # --- run_code kernels ------------------------------------------------------------------
     KAIZEN_KERNEL_CONSOLE: bool = True
     KAIZEN_KERNEL_IDLE_SECONDS: Annotated[float, Field(ge=1, le=7 * 24 * 3600)] = 900.0
+    #: Persistent kernels kept across an approval wait (parked when the lease is released,
+    #: R-239), oldest reclaimed first; each also for at most KAIZEN_KERNEL_IDLE_SECONDS.
+    KAIZEN_KERNEL_MAX_PARKED: Annotated[int, Field(ge=0, le=256)] = 16
     KAIZEN_SANDBOX_JAIL: Literal["auto", "off", "required"] = "auto"
+    #: An installed kernelspec (a conda env's or virtualenv's python3) for Python run_code;
+    #: empty: the server's own ``python3``. It needs ipykernel there, not Kaizen.
+    KAIZEN_RUN_CODE_KERNELSPEC: Annotated[
+        str, Field(max_length=255, pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]*)?$")] = ""
     #: Warm Python kernels kept ready for the next call.
     KAIZEN_KERNEL_POOL_SIZE: Annotated[int, Field(ge=0, le=16)] = 1
     #: The server address kernels on another host use for ``tools.call``; empty: loopback.

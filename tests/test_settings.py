@@ -109,6 +109,9 @@ def test_out_of_bounds_values_name_the_setting(name: str, value: str) -> None:
     ("KAIZEN_RUN_LEASE_SECONDS", "soon"),
     ("KAIZEN_GATEWAY_TRANSFER_MAX_FILE_BYTES", "0"),
     ("KAIZEN_DATABASE_SCHEMA", "kaizen; drop table runs"),
+    ("KAIZEN_KERNEL_MAX_PARKED", "-1"),
+    ("KAIZEN_KERNEL_MAX_PARKED", "257"),
+    ("KAIZEN_RUN_CODE_KERNELSPEC", "../../bin/python"),
 ])
 def test_kaizens_own_settings_are_bounded_too(name: str, value: str) -> None:
     """No setting falls back silently to its default when it cannot be read."""

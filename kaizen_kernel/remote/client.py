@@ -279,6 +279,11 @@ class GatewayChannels:
             "user_expressions": user_expressions or {}, "allow_stdin": allow_stdin,
             "stop_on_error": stop_on_error})
 
+    def interrupt_request(self) -> str:
+        """The kernel protocol's interrupt, on the control channel."""
+        self._drain("control")  # earlier replies nobody reads
+        return self._send("control", "interrupt_request", {})
+
     def kernel_info(self) -> str:
         return self._send("shell", "kernel_info_request", {})
 

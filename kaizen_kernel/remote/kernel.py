@@ -201,7 +201,20 @@ class GatewaySandboxKernel(SandboxKernel):
         if previous is not None:
             await self.bind(previous)
 
+    def interrupts_by_message(self) -> bool:
+        # The gateway's kernelspec is not ours to read; a Python kernel is ipykernel.
+        return self.language == "python"
+
+    async def send_interrupt_request(self) -> None:
+        # Over the kernel's websocket, like any message: no REST round trip, and it reaches a
+        # kernel the gateway's own (signal) interrupt cannot.
+        assert self.client is not None
+        self.client.interrupt_request()
+
     async def interrupt(self) -> None:
+        if self.interrupts_by_message():
+            await self.send_interrupt_request()
+            return
         assert self.gateway_kernel_id is not None
         await self.rest.interrupt(self.gateway_kernel_id)
 
@@ -749,6 +762,11 @@ class GatewayKernelPool(KernelPool):
             language = spec.get("language") if isinstance(spec, dict) else None
             specs[str(name)] = str(language or "").lower()
         self._specs = specs
+        for language, configured in self._names.items():
+            if configured and configured not in specs:
+                log.error("the kernelspec %r named for %s run_code (KAIZEN_RUN_CODE_KERNELSPEC) "
+                          "is not on the Jupyter gateway (it has: %s); those calls will fail",
+                          configured, language, ", ".join(sorted(specs)) or "none")
 
     def _gateway_name(self, language: str) -> str | None:
         assert self._specs is not None

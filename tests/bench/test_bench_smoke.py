@@ -7,6 +7,7 @@ The benches run as subprocesses, three at a time.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -34,7 +35,8 @@ BENCHES: dict[str, tuple[list[str], int, set[str]]] = {
     "turns_throughput": (["--n", "1", "--rooms", "3"], 1, COMMON | {
         "rooms", "turns", "tool_calls_per_turn", "turns_per_s", "tool_calls_per_s",
         "elapsed_s", "completed", "baseline_turns_per_s", "ratio"}),
-    "run_code": (["--n", "5"], 6, COMMON),
+    # interrupt_to_usable prints a second line, for the jail, where bubblewrap is installed.
+    "run_code": (["--n", "5"], 7 + (shutil.which("bwrap") is not None), COMMON),
     "notebook": (["--n", "2"], 2, COMMON | PERCENTILES | {"figure", "p50_ms"}),
     "takeover": (["--n", "1"], 1, COMMON | {"figure", "baseline_s", "ratio", "violations"}),
     "e2e_overhead": (["--n", "1", "--rooms", "3"], 2, {"bench", "db", "figure"}),
@@ -52,6 +54,8 @@ FIGURE_KEYS: dict[tuple[str, str], set[str]] = {
     ("e2e_overhead", "overhead_per_tool_step"): {"n", "p50_ms", "p95_ms", "turn_p50_ms",
                                                  "baseline_replay_p50_ms", "ratio"},
     ("e2e_overhead", "turns_throughput"): {"rooms", "turns", "turns_per_s", "elapsed_s"},
+    ("run_code", "interrupt_to_usable"): {"jail", "p50_ms", "baseline_p50_ms", "ratio",
+                                          "state_kept"},
 }
 
 

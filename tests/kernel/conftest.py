@@ -4,7 +4,9 @@ the behaviour under test needs."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import socket
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -67,14 +69,15 @@ def secret_environment() -> Iterator[None]:
                 os.environ[key] = value
 
 
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def sandbox(secret_environment: None,
-                  tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Sandbox]:
-    root = tmp_path_factory.mktemp("kaizen-kernel")
+@contextlib.asynccontextmanager
+async def serving(root: Path, *, jail: str, pool: int,
+                  kernel_names: dict[str, str] | None = None) -> AsyncIterator[Sandbox]:
+    """A started RunCodeService under ``root`` with its own loopback bridge server."""
     dispatch = DispatchRecorder()
     service = RunCodeService(RunCodeConfig(
         state_root=root, budget=TEST_BUDGET, process_limits=TEST_LIMITS,
-        jail="off", pool_sizes={"python": 2}, max_file_bytes=MAX_FILE_BYTES))
+        jail=jail, pool_sizes={"python": pool}, max_file_bytes=MAX_FILE_BYTES,
+        kernel_names=kernel_names))
     app = tornado.web.Application(bridge_handlers("/", service.leases, dispatch))
     sockets = tornado.netutil.bind_sockets(0, "127.0.0.1", family=socket.AF_INET)
     server = tornado.httpserver.HTTPServer(app)
@@ -87,3 +90,36 @@ async def sandbox(secret_environment: None,
     finally:
         server.stop()
         await service.close()
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def sandbox(secret_environment: None,
+                  tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Sandbox]:
+    async with serving(tmp_path_factory.mktemp("kaizen-kernel"), jail="off", pool=2) as box:
+        yield box
+
+
+def bwrap_or_skip() -> None:
+    """Skip without bubblewrap, except in CI, which must test the jail (.ci/run installs it)."""
+    if shutil.which("bwrap") is None:
+        if os.environ.get("CI"):
+            raise RuntimeError("CI must install bubblewrap (bwrap) to test the kernel jail")
+        pytest.skip("bubblewrap not installed")
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def jailed_sandbox(secret_environment: None,
+                         tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Sandbox]:
+    """Like ``sandbox`` with every kernel in a bubblewrap jail (``jail="required"``)."""
+    bwrap_or_skip()
+    async with serving(tmp_path_factory.mktemp("kaizen-kernel-jail"), jail="required",
+                       pool=0) as box:
+        yield box
+
+
+@pytest.fixture(params=["unjailed", "jailed"])
+def either_sandbox(request: pytest.FixtureRequest) -> Sandbox:
+    """The test runs twice: on unjailed kernels, then in the bubblewrap jail."""
+    name = "sandbox" if request.param == "unjailed" else "jailed_sandbox"
+    box: Sandbox = request.getfixturevalue(name)
+    return box

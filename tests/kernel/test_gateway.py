@@ -230,7 +230,7 @@ def test_the_output_cap_holds_inside_a_gateway_kernel(gateway_server: ServerProc
 
 
 def test_a_persistent_gateway_kernel_keeps_state_across_calls_and_interrupts(
-    gateway_server: ServerProcess,
+    kernel_gateway: KernelGateway, gateway_server: ServerProcess,
 ) -> None:
     with gateway_server.client("carol") as carol:
         room = _room(carol)
@@ -242,6 +242,9 @@ def test_a_persistent_gateway_kernel_keeps_state_across_calls_and_interrupts(
         assert slept["body"]["duration_ms"] < (WALL_SECONDS + 10) * 1000
         recalled = _run_code_call(carol, room, "gw recall x")
         assert recalled["outcome"] == "ok" and recalled["body"]["stdout"] == "42\n", recalled
+        # Interrupted by a control message over the kernel's websocket, not the gateway's
+        # signal-sending REST interrupt.
+        assert "/interrupt" not in kernel_gateway.log_path.read_text()
         spun = _run_code_call(carol, room, "gw spin the cpu")  # ignores SIGINT
         assert spun["body"]["status"] == "restarted", spun
         assert spun["body"]["state_lost"] is True and spun["body"]["kernel_restarted"] is True

@@ -200,19 +200,6 @@ async def test_missing_artifact_targets_rejected_before_any_kernel(sandbox: Sand
     assert r.status == "ok" and r.stdout == "1\n"
 
 
-async def test_release_stops_persistent_kernels(sandbox: Sandbox) -> None:
-    svc = sandbox.service
-    await svc.run("alice", "conv-rel", "x = 5", "python", True, [])
-    lease = svc.leases.get("alice", "conv-rel")
-    assert lease is not None
-    kernel = lease.persistent["python"]
-    assert await svc.release("alice", "conv-rel")
-    assert not await kernel.is_alive()
-    assert svc.leases.by_token(lease.token) is None
-    r = await svc.run("alice", "conv-rel", "print(x)", "python", True, [])
-    assert r.error_name == "NameError"  # released: persistent state does not survive
-
-
 async def test_a_kernel_that_dies_is_the_tools_failure(sandbox: Sandbox) -> None:
     r = await sandbox.service.run("alice", "conv-die", "import os\nos._exit(3)", "python",
                                   True, [], wall_seconds=15)
@@ -236,27 +223,6 @@ async def test_a_kernel_that_cannot_start_is_the_tools_failure(
         await svc.close()
     assert r.status == "error" and r.code == "kernel_unavailable"
     assert r.failure_domain == FailureDomain.TOOL
-
-
-async def test_cancelling_a_call_discards_its_kernel(sandbox: Sandbox) -> None:
-    import asyncio
-
-    svc = sandbox.service
-    await svc.run("alice", "conv-cancel", "x = 1", "python", True, [])
-    lease = svc.leases.get("alice", "conv-cancel")
-    assert lease is not None
-    kernel = lease.persistent["python"]
-    task = asyncio.create_task(svc.run("alice", "conv-cancel", "import time\ntime.sleep(60)",
-                                       "python", True, []))
-    await asyncio.sleep(0.5)
-    assert lease.current is kernel and lease.active is not None
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert lease.current is None and lease.active is None
-    assert "python" not in lease.persistent
-    await svc.pool.wait_warm()
-    assert not await kernel.is_alive()
 
 
 @pytest.mark.rule("R-277")
