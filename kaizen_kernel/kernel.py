@@ -34,6 +34,8 @@ from kaizen_kernel.resources import remove as remove_resources
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 60.0
+#: A kernel that exits while starting is started again this many times in all.
+START_ATTEMPTS = 2
 SETUP_TIMEOUT_S = 15.0
 # How long an interrupted kernel may take to come back idle before it counts as ignoring the
 # interrupt (and is restarted, its state lost).
@@ -105,6 +107,7 @@ class SandboxKernel:
         self.started_at = 0.0
         self.start_seconds = 0.0
         self.closed = False
+        self._died_starting = False
         self._last_msg_id = ""
         # An execution was sent and the kernel has not been seen idle since (a cancelled call
         # interrupts it; a kernel that finished its work needs nothing).
@@ -128,12 +131,33 @@ class SandboxKernel:
                                   parent=km, **kwargs)
 
     async def start(self) -> None:
+        """Start the kernel and install its prelude. A kernel that dies while starting is
+        started once more on fresh ports: jupyter_client picks free ports in this process and
+        the kernel binds them a moment later, so another process (a second server, another
+        kernel) can take one in between, and the kernel exits with EADDRINUSE."""
         t0 = time.monotonic()
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                await self._start_once()
+                break
+            except KernelStartError as exc:
+                if attempt == START_ATTEMPTS or not self._died_starting:
+                    raise
+                log.warning("kernel %s exited while starting (%s); starting it again on new "
+                            "ports", self.kernel_id, exc)
+                self.closed = False
+                self.client = None
+                self.km = None
+        self.started_at = time.monotonic()
+        self.start_seconds = self.started_at - t0
+
+    async def _start_once(self) -> None:
         # CurveZMQ on the kernel's sockets where the kernelspec and libzmq support it.
         encryption = "auto" if zmq.has("curve") else "disabled"
         km = AsyncKernelManager(kernel_name=self.kernel_name, transport_encryption=encryption)
         km.kernel_id = self.kernel_id
         self.km = km
+        self._died_starting = False
         try:
             prepare_directory(self.resources_dir)  # bound read-only into the jail at launch
             # ipykernel rewrites its connection file at start (remove + create): it must live
@@ -149,10 +173,12 @@ class SandboxKernel:
         try:
             await self._connect()
         except Exception:
+            # A kernel process that is gone died starting (a port taken meanwhile, usually);
+            # one that is alive but unready is a different failure and is not retried.
+            with contextlib.suppress(Exception):
+                self._died_starting = not await km.is_alive()
             await self.shutdown()
             raise
-        self.started_at = time.monotonic()
-        self.start_seconds = self.started_at - t0
 
     async def _connect(self) -> None:
         await self._open_client()
