@@ -133,6 +133,8 @@ class Artifact(_Body):
     title: str
     digest: str
     size: int
+    #: The title this version was created with; ``title`` is the artifact's current one.
+    version_title: str | None = None
     language: str | None = None
     mime: str | None = None
     author: str | None = None
