@@ -117,6 +117,16 @@ def test_path_segments_holding_nul_are_refused_not_a_server_error(
     _refused(alice.request(method, path), "path")
 
 
+def test_the_events_socket_refuses_a_nul_room_before_the_upgrade(
+        server: ServerProcess) -> None:
+    url = server.base_url.replace("http", "ws", 1) + "kaizen/api/conversations/%00/events"
+    with server.client("alice") as alice:
+        response = alice.get(url.replace("ws", "http", 1), headers={
+            "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})
+    _refused(response, "path")
+
+
 def test_a_message_posted_to_a_nul_room_writes_nothing(alice: httpx.Client) -> None:
     _refused(alice.post("conversations/%00/messages", json={"text": "hi"}), "path")
 

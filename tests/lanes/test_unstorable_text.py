@@ -26,7 +26,7 @@ from kaizen_server_extension.store.storable import (
 )
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from tests.conftest import BACKENDS, served_by
-from tests.lanes.test_turns import _events, _room, _send, _settled
+from tests.lanes.test_turns import _events, _pending_approval, _room, _send, _settled
 from tests.support.server import ServerProcess
 from tests.support.unicode import any_text
 
@@ -142,6 +142,27 @@ def test_tool_arguments_holding_nul_are_journaled_escaped_and_settled(
         _never_unstorable(events)
 
 
+@pytest.mark.rule("R-264", "R-267")
+def test_an_approval_request_for_arguments_holding_nul_is_stored_and_decided(
+        server: ServerProcess) -> None:
+    with server.client("alice") as alice:
+        assert alice.put("members/me/settings",
+                         json={"approval_mode": "always_ask"}).status_code == 200
+        room = _room(alice)
+        accepted = _send(alice, room, "nul in the code, asking first")
+        approval = _pending_approval(alice, accepted["run_id"])
+        shown = approval["arguments"]  # stored escaped and flagged (approvals.arguments)
+        assert shown[ESCAPED_FLAG] is True
+        assert restore(shown)["code"] == "print(1)\x00"
+        assert alice.post(f"approvals/{approval['id']}",
+                          json={"decision": "approve"}).status_code == 200
+        run = _settled(alice, accepted["run_id"], timeout=90)
+        assert run["status"] == "completed", run
+        events = _events(alice, room, accepted["run_id"])
+        _assert_every_call_settled_once(events)
+        _never_unstorable(events)
+
+
 @pytest.mark.parametrize(("ask", "answer"), [
     ("answer with nul", "before\x00after and \\ slash"),
     ("answer with a surrogate", "lone \ud800 half"),
@@ -155,6 +176,11 @@ def test_a_model_answer_holding_unstorable_text_is_committed_escaped(
         assert committed[ESCAPED_FLAG] is True
         assert restore(committed)["text"] == answer
         _never_unstorable(events)
+        # The next turn's context holds that answer again, restored: it still reaches the
+        # model (sent as ASCII-escaped JSON) and the turn completes.
+        room = events[0]["conversation_id"]
+        follow_up = _send(alice, room, "and then?")
+        assert _settled(alice, follow_up["run_id"])["status"] == "completed"
 
 
 @pytest.mark.rule("R-264", "R-267")
