@@ -31,7 +31,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from kaizen_server_extension.protocol.errors import SchemaViolation
+from kaizen_server_extension.protocol.errors import UnstorableText
 
 #: The code points no text column or JSON document can hold.
 UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -40,17 +40,9 @@ ESCAPED_FLAG = "text_escaped"
 _ESCAPE = re.compile("[\\\\\x00\ud800-\udfff]")
 _UNESCAPE = re.compile(r"\\(\\|u[0-9a-f]{4})")
 
-
-class UnstorableText(SchemaViolation):
-    """A value holds U+0000 or an unpaired surrogate: refused, nothing written (422)."""
-
-    default_code = "unstorable_text"
-
-    def __init__(self, field: str | None = None) -> None:
-        where = f"The field {field!r}" if field else "A text value"
-        super().__init__(f"{where} holds a character that cannot be stored (U+0000 or an "
-                         "unpaired surrogate); nothing was saved.")
-        self.field = field
+__all__ = ["ESCAPED_FLAG", "UNSTORABLE", "StorableJSON", "StorableString", "StorableText",
+           "UnstorableText", "escape_text", "is_storable", "restore", "storable_document",
+           "unescape_text", "unstorable_field"]
 
 
 def is_storable(text: str) -> bool:
