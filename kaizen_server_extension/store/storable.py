@@ -91,7 +91,41 @@ def _unescape_one(match: re.Match[str]) -> str:
 
 
 def _holds_unstorable(value: Any) -> bool:
-    return unstorable_field(value) is not None
+    """Whether any string or key in ``value`` is unstorable: :func:`unstorable_field`'s
+    question without building paths, on every journal append and JSON bind (hot path, so
+    exact types first: an ABC ``isinstance`` costs more than the search)."""
+    search = UNSTORABLE.search
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is str:
+            if search(item):
+                return True
+        elif kind is dict:
+            for key, child in item.items():
+                if type(key) is str and search(key):
+                    return True
+                if type(child) is str:
+                    if search(child):
+                        return True
+                elif child is not None and type(child) not in _SCALARS:
+                    stack.append(child)
+        elif kind is list or kind is tuple:
+            stack.extend(item)
+        elif kind not in _SCALARS and item is not None:
+            if isinstance(item, str):
+                if search(item):
+                    return True
+            elif isinstance(item, Mapping):
+                stack.extend(item.keys())
+                stack.extend(item.values())
+            elif isinstance(item, (list, tuple)):
+                stack.extend(item)
+    return False
+
+
+_SCALARS = frozenset({int, float, bool})
 
 
 def _map_strings(value: Any, convert: Any) -> Any:

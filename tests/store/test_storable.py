@@ -60,6 +60,14 @@ def test_a_document_is_stored_as_it_is_or_escaped_flagged_and_restorable(
     assert storable_document(stored) is stored  # idempotent
 
 
+@given(value=json_values)
+def test_the_hot_path_check_agrees_with_the_field_finder(value: Any) -> None:
+    from kaizen_server_extension.store.storable import _holds_unstorable
+
+    assert _holds_unstorable(value) == (unstorable_field(value) is not None)
+    assert _holds_unstorable({"wrapped": (value,)}) == _holds_unstorable(value)
+
+
 def test_only_nul_and_surrogates_are_unstorable() -> None:
     assert not is_storable("\x00") and not is_storable("a\ud800") and not is_storable("\udfff")
     controls = "".join(chr(c) for c in range(1, 32)) + "\x7f\x80\x9f\ufffe\uffff\U0010ffff"
