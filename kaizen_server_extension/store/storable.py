@@ -46,7 +46,7 @@ __all__ = ["ESCAPED_FLAG", "UNSTORABLE", "StorableJSON", "StorableString", "Stor
 
 
 def is_storable(text: str) -> bool:
-    return UNSTORABLE.search(text) is None
+    return "\x00" not in text and (text.isascii() or UNSTORABLE.search(text) is None)
 
 
 def unstorable_field(value: Any, path: str = "") -> str | None:
@@ -168,9 +168,23 @@ class StorableString(TypeDecorator[str]):
     cache_ok = True
 
     def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
-        if isinstance(value, str) and UNSTORABLE.search(value):
+        if isinstance(value, str) and not is_storable(value):
             raise UnstorableText()
         return value
+
+    def bind_processor(self, dialect: Dialect) -> Any:
+        # Every id and name of every statement passes here: one tight function instead of
+        # TypeDecorator's generic wrapper, and C-speed checks for the common ASCII case.
+        after = self.impl_instance.dialect_impl(dialect).bind_processor(dialect)
+        search = UNSTORABLE.search
+
+        def process(value: Any) -> Any:
+            if isinstance(value, str) and ("\x00" in value or (not value.isascii()
+                                                                and search(value))):
+                raise UnstorableText()
+            return after(value) if after is not None else value
+
+        return process
 
 
 class StorableText(StorableString):
