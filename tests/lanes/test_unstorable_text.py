@@ -213,6 +213,8 @@ def test_any_text_in_a_model_answer_and_tool_arguments_never_loses_a_settlement(
     """Whatever a model says or passes to a tool: the turn settles, each requested call is
     settled once, and the journal holds exactly the stated escaping of it."""
     server, fake = nul_server
+    # What arrives over JSON: an escaped surrogate pair decodes to one astral code point.
+    text = json.loads(json.dumps(text))
     fake.load([{"match": "property turn", "responses": [
         {"tool_calls": [{"name": "list_available_agents", "arguments": {"note": text}}]},
         {"text": [text]}]}, *SCRIPTS])
