@@ -53,7 +53,6 @@ class KaizenHandler(APIHandler):
         user = self.current_user
         if user is None:
             raise web.HTTPError(401)
-        self._refuse_unstorable_request()
         action = "read" if self.request.method in ("GET", "HEAD", "OPTIONS") else "write"
         if not self.authorizer.is_authorized(self, user, action, AUTH_RESOURCE):
             raise web.HTTPError(403)
@@ -61,6 +60,14 @@ class KaizenHandler(APIHandler):
         if member not in self.kaizen.known_members:
             await self.kaizen.store.members.ensure(member, user.display_name or member)
             self.kaizen.known_members.add(member)
+        if self._finished:
+            return
+        self.check_route()
+        self._refuse_unstorable_request()
+
+    def check_route(self) -> None:
+        """Whether this member may know the route exists at all (admin routes: 404 to
+        everyone else); runs before anything about the request itself is answered."""
 
     def _refuse_unstorable_request(self) -> None:
         """A path segment or query value the store could not hold is refused before anything

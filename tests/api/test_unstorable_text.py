@@ -127,6 +127,16 @@ def test_the_events_socket_refuses_a_nul_room_before_the_upgrade(
     _refused(response, "path")
 
 
+def test_an_admin_route_with_a_nul_path_is_still_404_to_a_non_admin(
+        server: ServerProcess) -> None:
+    """Refusing the path must not tell a non-admin that the admin routes exist (API.md)."""
+    with server.client("bob") as bob, server.client("dave") as dave:
+        hidden = bob.put("admin/tool-policies/run_code/%00", json={"allowed": True})
+        assert hidden.status_code == 404 and json_of(hidden)["error"]["code"] == "not_found"
+        _refused(dave.put("admin/tool-policies/run_code/%00", json={"allowed": True}),
+                 "path")  # dave is the admin
+
+
 def test_a_message_posted_to_a_nul_room_writes_nothing(alice: httpx.Client) -> None:
     _refused(alice.post("conversations/%00/messages", json={"text": "hi"}), "path")
 
