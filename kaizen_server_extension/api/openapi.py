@@ -54,6 +54,16 @@ def _op(summary: str, responses: dict[str, Any], *, body: str | None = None,
     return op
 
 
+#: The flag of event data journaled with the stated escaping (store/storable.py).
+_TEXT_ESCAPED = {
+    "type": "boolean", "const": True,
+    "description": "Present when the call's arguments or output held U+0000 or an unpaired "
+                   "surrogate, which no database stores as text: every string of this data "
+                   "(keys too) then has a backslash written as two and each such code point "
+                   "written \\uXXXX (lowercase hex). Undo those two substitutions (the "
+                   "Python client: Event.original_data()) to get the data exactly."}
+
+
 def _path_param(name: str) -> dict[str, Any]:
     return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
 
@@ -140,6 +150,7 @@ def openapi_document(*, library: bool = True) -> dict[str, Any]:
                 "arguments": {"description": "The call's arguments, parsed when JSON, "
                                              "credentials redacted, bounded ({truncated, "
                                              "preview} when long)."},
+                "text_escaped": _TEXT_ESCAPED,
                 "placeholders": {
                     "type": "array", "items": _ref("GenerationPlaceholder"),
                     "description": "run_code only, and only when its arguments pass the "
@@ -165,6 +176,7 @@ def openapi_document(*, library: bool = True) -> dict[str, Any]:
                 "content": {"type": "string",
                             "description": "The bounded, redacted projection the model got."},
                 "closes_turn": {"type": "boolean"},
+                "text_escaped": _TEXT_ESCAPED,
                 "denied": {
                     "enum": ["staged_protocol_unavailable"],
                     "description": "Present when the call was refused before anything ran "
