@@ -6,6 +6,7 @@ Unknown extra properties are kept (``extra="allow"``): a newer server may add so
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any, Literal
 
@@ -73,6 +74,28 @@ class Run(_Body):
         return self.status in TERMINAL_STATUSES
 
 
+#: The flag of event data journaled escaped (text the databases cannot store: U+0000,
+#: unpaired surrogates). The server's side of this is ``store/storable.py``.
+ESCAPED_FLAG = "text_escaped"
+_UNESCAPE = re.compile(r"\\(\\|u[0-9a-f]{4})")
+
+
+def _unescape(text: str) -> str:
+    return _UNESCAPE.sub(lambda m: "\\" if m.group(1) == "\\" else chr(int(m.group(1)[1:], 16)),
+                         text)
+
+
+def _unescaped(value: Any) -> Any:
+    if isinstance(value, str):
+        return _unescape(value)
+    if isinstance(value, dict):
+        return {(_unescape(k) if isinstance(k, str) else k): _unescaped(v)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unescaped(v) for v in value]
+    return value
+
+
 class Event(_Body):
     """One durable journal event."""
 
@@ -83,6 +106,16 @@ class Event(_Body):
     at: datetime
     data: dict[str, Any]
     run_id: str | None = None
+
+    def original_data(self) -> dict[str, Any]:
+        """``data`` as it was before the server escaped text it could not store (a tool's
+        output, arguments or a model's answer holding U+0000 or an unpaired surrogate:
+        ``data["text_escaped"]`` is then true); ``data`` itself otherwise."""
+        if self.data.get(ESCAPED_FLAG) is not True:
+            return self.data
+        restored: dict[str, Any] = _unescaped(
+            {k: v for k, v in self.data.items() if k != ESCAPED_FLAG})
+        return restored
 
 
 class JournalPage(_Body):
@@ -133,6 +166,8 @@ class Artifact(_Body):
     title: str
     digest: str
     size: int
+    #: The title this version was created with; ``title`` is the artifact's current one.
+    version_title: str | None = None
     language: str | None = None
     mime: str | None = None
     author: str | None = None

@@ -32,12 +32,10 @@ class ToolPolicyChange(BaseModel):
 
 
 class AdminHandler(KaizenHandler):
-    async def prepare(self) -> None:  # type: ignore[override]
-        await super().prepare()
-        if self._finished:
-            return
+    def check_route(self) -> None:
         if not self.kaizen.is_admin(self.member):
-            # Not 403: a non-admin cannot tell that admin routes exist (API.md).
+            # Not 403: a non-admin cannot tell that admin routes exist (API.md), not even
+            # from how a malformed request to one is refused.
             raise NotFound("Not found.", code="not_found")
 
     @property

@@ -102,7 +102,7 @@ class ArtifactHandler(_ArtifactHandler):
     async def patch(self, artifact_id: str) -> None:
         body = self.parse_body(RenameArtifact)
         record = await self.artifacts.rename(self.member, artifact_id, body.title)
-        self.write_json(record.public() | {"title": body.title})
+        self.write_json(record.public())  # the title as stored, not as asked
 
 
 class ArtifactForkHandler(_ArtifactHandler):
@@ -149,7 +149,9 @@ def artifact_routes(prefix: str) -> list[tuple[str, type[web.RequestHandler]]]:
 
 def _errors(ref: Any, *codes: int) -> dict[str, Any]:
     text = {400: "Malformed request", 401: "Not authenticated",
-            404: "Not found or not visible to you", 422: "Schema or validation failure"}
+            404: "Not found or not visible to you",
+            422: "Schema or validation failure (unstorable_text: a value holds U+0000 or an "
+                 "unpaired surrogate)"}
     return {str(c): {"description": text[c], "content": {"application/json": {"schema": ref}}}
             for c in (401, *codes)}
 
@@ -210,8 +212,15 @@ def artifact_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
                           "application/json": {"schema": view}}}, **_errors(error, 400, 404)},
                       [artifact_id, room]),
             "patch": op("Rename an artifact the member owns (governed artifacts refuse with "
-                        "validation_failed)", "renameArtifact",
-                        {"200": {"description": "Renamed", "content": {
+                        "validation_failed). The title is the artifact's: every read, listing "
+                        "and download shows it from now on (Content-Disposition too); no "
+                        "version is appended, and each version keeps the title it was "
+                        "created with (version_title). A title holding U+0000 or an "
+                        "unpaired surrogate is refused: 422 unstorable_text",
+                        "renameArtifact",
+                        {"200": {"description": "Renamed: the artifact as stored (its new "
+                                                "title read back), at its latest version",
+                                 "content": {
                             "application/json": {"schema": artifact}}},
                          **_errors(error, 400, 404, 422)},
                         [artifact_id], body="RenameArtifact"),
@@ -237,7 +246,17 @@ def artifact_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
                      "properties": {"id": string, "owner": string,
                                     "version": {"type": "integer"},
                                     "latest_version": {"type": "integer"},
-                                    "kind": string, "language": nullable, "title": string,
+                                    "kind": string, "language": nullable,
+                                    "title": {"type": "string", "description": (
+                                        "The artifact's current title: it lives on the "
+                                        "artifact, so a rename (PATCH) shows in every read, "
+                                        "listing and download, whatever version is read.")},
+                                    "version_title": {"type": "string", "description": (
+                                        "The title this version was created with. Versions "
+                                        "are immutable and keep their own history: a "
+                                        "rename appends no version and changes no "
+                                        "version_title; the next version written is "
+                                        "created with the current title.")},
                                     "mime": string, "digest": string,
                                     "size": {"type": "integer"}, "author": string,
                                     "conversation_id": nullable, "room_id": nullable,

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from jupyter_server.base.handlers import APIHandler
 from pydantic import BaseModel, ValidationError
+from sqlalchemy.exc import StatementError
 from tornado import web
 
 from kaizen_server_extension.context import KaizenContext
@@ -17,6 +18,11 @@ from kaizen_server_extension.protocol.errors import (
     MemberError,
     SchemaViolation,
     TooLarge,
+)
+from kaizen_server_extension.store.storable import (
+    UNSTORABLE,
+    UnstorableText,
+    unstorable_field,
 )
 
 log = logging.getLogger("kaizen.api")
@@ -54,6 +60,25 @@ class KaizenHandler(APIHandler):
         if member not in self.kaizen.known_members:
             await self.kaizen.store.members.ensure(member, user.display_name or member)
             self.kaizen.known_members.add(member)
+        if self._finished:
+            return
+        self.check_route()
+        self._refuse_unstorable_request()
+
+    def check_route(self) -> None:
+        """Whether this member may know the route exists at all (admin routes: 404 to
+        everyone else); runs before anything about the request itself is answered."""
+
+    def _refuse_unstorable_request(self) -> None:
+        """A path segment or query value the store could not hold is refused before anything
+        reads or writes it (store/storable.py): 422 ``unstorable_text`` naming where."""
+        for value in (*self.path_args, *self.path_kwargs.values()):
+            if isinstance(value, str) and UNSTORABLE.search(value):
+                raise UnstorableText("path")
+        for name, values in self.request.query_arguments.items():
+            for raw in values:
+                if b"\x00" in raw:
+                    raise UnstorableText(name)
 
     @property
     def member(self) -> str:
@@ -74,6 +99,11 @@ class KaizenHandler(APIHandler):
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise BadRequest("The request body is not valid JSON.",
                              code="malformed_json") from None
+        # U+0000 or an unpaired surrogate (a JSON "\\ud800" escape) cannot be stored on
+        # either database: refused here naming the field, nothing written (store/storable.py).
+        field = unstorable_field(data)
+        if field is not None:
+            raise UnstorableText(field)
         try:
             return model.model_validate(data)
         except ValidationError as exc:
@@ -87,6 +117,8 @@ class KaizenHandler(APIHandler):
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc_info = kwargs.get("exc_info")
         exc = exc_info[1] if exc_info else None
+        if isinstance(exc, StatementError) and isinstance(exc.orig, MemberError):
+            exc = exc.orig  # a column type's refusal (store/storable.py), not a fault
         self.set_header("Content-Type", "application/json")
         if isinstance(exc, MemberError):
             self.set_status(exc.status)

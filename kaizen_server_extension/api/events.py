@@ -30,6 +30,7 @@ from kaizen_server_extension.context import KaizenContext
 from kaizen_server_extension.events import LiveEvent, Resync, Subscription
 from kaizen_server_extension.protocol.errors import BadRequest, MemberError, NotFound
 from kaizen_server_extension.store.records import EventRecord
+from kaizen_server_extension.store.storable import UNSTORABLE, UnstorableText
 
 log = logging.getLogger("kaizen.api")
 
@@ -104,6 +105,8 @@ class ConversationEventsHandler(WebSocketMixin, WebSocketHandler, JupyterHandler
         if not await ensure_async(self.authorizer.is_authorized(self, user, "read",
                                                                 AUTH_RESOURCE)):
             raise web.HTTPError(403)
+        if UNSTORABLE.search(conversation_id):
+            raise UnstorableText("path")  # no stored room has such an id (store/storable.py)
         self.conversation_id = conversation_id
         self._last_seq = _after_arg(self.get_query_argument("after", None))
         # Unknown conversation and someone else's look the same: 404 (API.md).

@@ -37,7 +37,9 @@ def _errors(*codes: int) -> dict[str, Any]:
     text = {400: "Malformed request", 401: "Not authenticated",
             403: "Visible but not yours to change", 404: "Not found or not visible to you",
             409: "Conflict with the current state", 413: "Too large",
-            422: "Schema violation"}
+            422: "Schema violation; unstorable_text when a field, path segment or query "
+                 "value holds U+0000 or an unpaired surrogate (the message names it; nothing "
+                 "is written)"}
     return {str(c): {"description": text[c], "content": {JSON: {"schema": _ref("Error")}}}
             for c in (401, *codes)}
 
@@ -50,6 +52,16 @@ def _op(summary: str, responses: dict[str, Any], *, body: str | None = None,
     if params:
         op["parameters"] = params
     return op
+
+
+#: The flag of event data journaled with the stated escaping (store/storable.py).
+_TEXT_ESCAPED = {
+    "type": "boolean", "const": True,
+    "description": "Present when the call's arguments or output held U+0000 or an unpaired "
+                   "surrogate, which no database stores as text: every string of this data "
+                   "(keys too) then has a backslash written as two and each such code point "
+                   "written \\uXXXX (lowercase hex). Undo those two substitutions (the "
+                   "Python client: Event.original_data()) to get the data exactly."}
 
 
 def _path_param(name: str) -> dict[str, Any]:
@@ -117,7 +129,16 @@ def openapi_document(*, library: bool = True) -> dict[str, Any]:
                                  "data": {"type": "object", "description": (
                                      "Depends on type: ToolRequestedData for "
                                      "tool.requested, ToolSettledData for tool.settled, "
-                                     "ProtocolFailedData for protocol.failed.")}}},
+                                     "ProtocolFailedData for protocol.failed. Text the "
+                                     "databases cannot store (U+0000, unpaired surrogates) "
+                                     "in a tool's output or arguments or in a model's "
+                                     "answer is journaled escaped: then every string of "
+                                     "data (object keys too) has \\ written \\\\ and "
+                                     "each such code point written \\uXXXX (lowercase "
+                                     "hex), and data holds text_escaped: true. Reversing "
+                                     "those two substitutions gives the original exactly "
+                                     "(docs/architecture.md: Text the databases cannot "
+                                     "store).")}}},
         # The data of two event types, documented for clients that read them.
         "ToolRequestedData": {
             "type": "object", "required": ["step", "call_id", "name"],
@@ -129,6 +150,7 @@ def openapi_document(*, library: bool = True) -> dict[str, Any]:
                 "arguments": {"description": "The call's arguments, parsed when JSON, "
                                              "credentials redacted, bounded ({truncated, "
                                              "preview} when long)."},
+                "text_escaped": _TEXT_ESCAPED,
                 "placeholders": {
                     "type": "array", "items": _ref("GenerationPlaceholder"),
                     "description": "run_code only, and only when its arguments pass the "
@@ -154,6 +176,7 @@ def openapi_document(*, library: bool = True) -> dict[str, Any]:
                 "content": {"type": "string",
                             "description": "The bounded, redacted projection the model got."},
                 "closes_turn": {"type": "boolean"},
+                "text_escaped": _TEXT_ESCAPED,
                 "denied": {
                     "enum": ["staged_protocol_unavailable"],
                     "description": "Present when the call was refused before anything ran "

@@ -86,8 +86,11 @@ class ModelGateway:
         # JSON tool calls sent as content count only when no native tool_calls came.
         content_calls = ContentToolCalls(advertised_tools(snapshot), step=snapshot.step)
         try:
+            # ASCII-escaped JSON (httpx's json= writes UTF-8, which an unpaired surrogate from
+            # an earlier answer or tool result cannot be encoded in): any text reaches the model.
             async with self._client.stream(
-                "POST", self.config.chat_completions_url, json=payload, headers=self._headers()
+                "POST", self.config.chat_completions_url, content=json.dumps(payload),
+                headers={**self._headers(), "Content-Type": "application/json"}
             ) as response:
                 if response.status_code >= 300:
                     body = await _read_error_body(response)

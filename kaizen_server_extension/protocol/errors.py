@@ -48,6 +48,19 @@ class SchemaViolation(MemberError):
     default_code = "schema_violation"
 
 
+class UnstorableText(SchemaViolation):
+    """A value holds U+0000 or an unpaired surrogate, which neither database can store as
+    text (store/storable.py): refused, nothing written (422)."""
+
+    default_code = "unstorable_text"
+
+    def __init__(self, field: str | None = None) -> None:
+        where = f"The field {field!r}" if field else "A text value"
+        super().__init__(f"{where} holds a character that cannot be stored (U+0000 or an "
+                         "unpaired surrogate); nothing was saved.")
+        self.field = field
+
+
 class Forbidden(MemberError):
     """Only for actions on a resource the member can already see (e.g. non-owner edits)."""
 

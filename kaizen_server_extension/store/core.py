@@ -22,12 +22,14 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import bindparam, insert, literal_column, select, update
+from sqlalchemy.exc import StatementError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.records import (
     EventRecord,
 )
+from kaizen_server_extension.store.storable import UnstorableText, storable_document
 from kaizen_server_extension.store.units import (
     Appended,
     DirectRunner,
@@ -92,7 +94,10 @@ def journal_append(conversation_id: str, type: str, actor: str, data: dict[str, 
     The counter bump and the insert share the unit's transaction; the database's UNIQUE
     (conversation_id, seq) is the second line should two writers ever race. ``notify``
     (PostgreSQL) makes it one statement that also tells other processes (JOURNAL_CHANNEL).
+    A ``data`` holding text the databases cannot store is journaled escaped and flagged
+    (store/storable.py), and the record observers get is exactly what was stored.
     """
+    data = storable_document(data)
     now = utcnow()
     params = {"b_conversation_id": conversation_id, "b_now": now, "b_run_id": run_id,
               "b_type": type, "b_actor": actor, "b_at": now, "b_data": data}
@@ -109,7 +114,8 @@ def journal_append(conversation_id: str, type: str, actor: str, data: dict[str, 
 def audit_insert(actor: str, action: str, data: dict[str, Any], *,
                  conversation_id: str | None = None,
                  run_id: str | None = None) -> Unit[None]:
-    """One append-only audit row."""
+    """One append-only audit row (its ``data`` column type escapes it as the journal's,
+    store/storable.py)."""
     yield from fetch(_INSERT_AUDIT, {
         "b_at": utcnow(), "b_actor": actor, "b_action": action, "b_data": data,
         "b_conversation_id": conversation_id, "b_run_id": run_id})
@@ -124,7 +130,10 @@ def new_id() -> str:
 
 
 def text_digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    try:
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    except UnicodeEncodeError:  # an unpaired surrogate: no column may hold it either
+        raise UnstorableText() from None
 
 
 @dataclass
@@ -218,9 +227,16 @@ class Database:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Tx]:
-        async with self.writer_gate(), self._sessions() as session, session.begin():
-            tx = Tx(session)
-            yield tx
+        try:
+            async with self.writer_gate(), self._sessions() as session, session.begin():
+                tx = Tx(session)
+                yield tx
+        except StatementError as exc:
+            # A column type refused a value at bind time (store/storable.py): the statement
+            # never ran and the transaction rolled back; the caller gets the member error.
+            if isinstance(exc.orig, UnstorableText):
+                raise exc.orig from None
+            raise
         # Committed: now observers may see what was appended.
         self._publish(tx.appended)
 

@@ -169,7 +169,7 @@ class LibraryStore:
         """The unscoped artifact listing (the member's own roots, latest version each, newest
         first) kept to ``within``, filtered in the query so the limit counts only those."""
         rows = (await tx.session.execute(
-            select(m.Artifact.id, m.ArtifactVersion.title, m.ArtifactVersion.kind,
+            select(m.Artifact.id, m.Artifact.title, m.ArtifactVersion.kind,
                    m.ArtifactVersion.version)
             .join(m.ArtifactVersion, and_(
                 m.ArtifactVersion.artifact_id == m.Artifact.id,

@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
-    JSON,
     BigInteger,
     Boolean,
     CheckConstraint,
@@ -21,17 +20,21 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
-    String,
-    Text,
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 from kaizen_server_extension.protocol.tasks import MIN_TASK_INTERVAL_S
+
+# Every text column and JSON document goes through the store's one policy for text the
+# databases cannot store (store/storable.py): a text column refuses U+0000 and unpaired
+# surrogates on both databases; a JSON document holding them is stored escaped and flagged.
+from kaizen_server_extension.store.storable import StorableJSON
+from kaizen_server_extension.store.storable import StorableString as String
+from kaizen_server_extension.store.storable import StorableText as Text
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -47,7 +50,7 @@ RUN_STATUSES = ("queued", *ACTIVE_RUN_STATUSES, *TERMINAL_RUN_STATUSES)
 APPROVAL_MODES = ("always_ask", "ask_for_writes", "never_ask")
 
 # JSON on SQLite, JSONB on PostgreSQL.
-JSONType = JSON().with_variant(JSONB(), "postgresql")
+JSONType = StorableJSON()
 
 
 class UTCDateTime(TypeDecorator[datetime]):

@@ -24,6 +24,7 @@ from kaizen_server_extension.store.records import (
     MemberRecord,
     RunRecord,
 )
+from kaizen_server_extension.store.storable import restore
 
 if TYPE_CHECKING:
     from kaizen_server_extension.store.store import Store
@@ -284,7 +285,7 @@ class JournalRepository(_Repository):
                 .order_by(m.JournalEvent.seq)
             )).scalars().all()
             return [EventRecord(r.conversation_id, r.seq, r.run_id, r.type, r.actor, r.at,
-                                r.data) for r in rows]
+                                restore(r.data)) for r in rows]
 
 
 class InputRepository(_Repository):

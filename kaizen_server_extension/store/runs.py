@@ -23,6 +23,7 @@ from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.core import Tx, journal_append, utcnow
 from kaizen_server_extension.store.records import EventRecord, RunRecord
 from kaizen_server_extension.store.repositories import run_record
+from kaizen_server_extension.store.storable import restore
 from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.store.units import Unit, fetch
 
@@ -337,7 +338,7 @@ class RunLane:
                 .order_by(m.JournalEvent.seq)
             )).scalars().all()
             return [EventRecord(r.conversation_id, r.seq, r.run_id, r.type, r.actor, r.at,
-                                r.data) for r in rows]
+                                restore(r.data)) for r in rows]
 
     async def close_dangling(self, run_id: str, fence: int, results: list[dict[str, Any]],
                              actor: str, *, resumed: dict[str, Any] | None = None,

@@ -729,7 +729,9 @@ class FakeOpenAI:
     def load(self, scenario: Any) -> None:
         """Replace the scenario (validated locally first for a readable error)."""
         parse_scenario(scenario)
-        self._http.post("/_fake/scenario", json=scenario).raise_for_status()
+        # ASCII-escaped JSON, so any string survives the trip (an unpaired surrogate too).
+        self._http.post("/_fake/scenario", content=json.dumps(scenario),
+                        headers={"Content-Type": "application/json"}).raise_for_status()
 
     def reset(self) -> None:
         self._http.post("/_fake/reset").raise_for_status()

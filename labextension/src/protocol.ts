@@ -36,6 +36,45 @@ export function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
+/** The flag of event data the server journaled escaped: text the databases cannot store
+ * (U+0000, unpaired surrogates) had a backslash written as two and each such code unit as
+ * backslash-u and four hex digits, in every string (keys too); docs/architecture.md, "Text
+ * the databases cannot store". */
+export const ESCAPED_FLAG = 'text_escaped';
+
+function unescapeText(text: string): string {
+  return text.replace(/\\(\\|u[0-9a-f]{4})/g, (_match, token: string) =>
+    token === '\\' ? '\\' : String.fromCharCode(parseInt(token.slice(1), 16))
+  );
+}
+
+function unescapeValue(value: unknown): unknown {
+  if (typeof value === 'string') {
+    return unescapeText(value);
+  }
+  if (Array.isArray(value)) {
+    return value.map(unescapeValue);
+  }
+  if (isRecord(value)) {
+    const out: Data = {};
+    for (const [key, item] of Object.entries(value)) {
+      out[unescapeText(key)] = unescapeValue(item);
+    }
+    return out;
+  }
+  return value;
+}
+
+/** Event data as it was before the server escaped it; the data itself when not flagged. */
+export function restoreEscaped(data: Data): Data {
+  if (data[ESCAPED_FLAG] !== true) {
+    return data;
+  }
+  const rest: Data = { ...data };
+  delete rest[ESCAPED_FLAG];
+  return unescapeValue(rest) as Data;
+}
+
 /** Read a durable event out of a JSON value (REST page entry or socket frame). */
 export function parseEvent(value: unknown): IJournalEvent | null {
   if (!isRecord(value) || typeof value.seq !== 'number' || typeof value.type !== 'string') {
@@ -51,7 +90,7 @@ export function parseEvent(value: unknown): IJournalEvent | null {
     type: value.type,
     actor: typeof value.actor === 'string' ? value.actor : '',
     at: typeof value.at === 'string' ? value.at : '',
-    data: isRecord(value.data) ? value.data : {},
+    data: isRecord(value.data) ? restoreEscaped(value.data) : {},
     live: false
   };
 }

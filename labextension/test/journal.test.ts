@@ -236,3 +236,25 @@ describe('protocol parsing', () => {
     assert.equal(durable?.live, false);
   });
 });
+
+describe('escaped event data', () => {
+  it('shows what the server escaped exactly as it was', () => {
+    const event = parseEvent({
+      seq: 3,
+      conversation_id: CONV,
+      run_id: 'r1',
+      type: 'answer.committed',
+      actor: 'alice',
+      at: '',
+      // The server's stated escaping of "x\u0000y C:\\dir \ud800" (store/storable.py).
+      data: { text: 'x\\u0000y C:\\\\dir \\ud800', step: 1, text_escaped: true }
+    });
+    assert.deepEqual(event?.data, { text: 'x\u0000y C:\\dir \ud800', step: 1 });
+  });
+
+  it('leaves data that was not escaped alone, backslashes included', () => {
+    const data = { text: 'C:\\dir \\u0000 literally', step: 1 };
+    const event = parseEvent({ seq: 4, type: 'answer.committed', data });
+    assert.deepEqual(event?.data, data);
+  });
+});

@@ -43,7 +43,7 @@ from kaizen_server_extension.notebooks.service import (
     NotebookService,
 )
 from kaizen_server_extension.notebooks.store import MAX_EDIT_CELLS, ProposedCell
-from kaizen_server_extension.protocol.errors import NotFound
+from kaizen_server_extension.protocol.errors import NotFound, UnstorableText
 from kaizen_server_extension.resources import AdmittedResources, SharedResource
 from kaizen_server_extension.tools import (
     Capability,
@@ -280,11 +280,18 @@ async def propose_notebook_edit(ctx: ToolContext, **arguments: Any) -> dict[str,
             "The notebook changed since it was attached (cells were added, removed or "
             "edited), so this proposal was refused as stale and nothing was recorded. Ask the "
             "member to attach the notebook again.", code="notebook_stale")
-    record = await service.records.create_proposal(
-        member=ctx.member, conversation_id=ctx.bundle.conversation_id,
-        run_id=ctx.bundle.run_id, artifact_id=pinned.resource.reference_id,
-        version=pinned.resource.version, path=pinned.path, fingerprint=fingerprint(doc),
-        cells=cells, summary=str(arguments.get("summary", ""))[:500])
+    try:
+        record = await service.records.create_proposal(
+            member=ctx.member, conversation_id=ctx.bundle.conversation_id,
+            run_id=ctx.bundle.run_id, artifact_id=pinned.resource.reference_id,
+            version=pinned.resource.version, path=pinned.path, fingerprint=fingerprint(doc),
+            cells=cells, summary=str(arguments.get("summary", ""))[:500])
+    except UnstorableText:
+        # Refused at bind time in the proposal's one transaction: nothing was recorded.
+        raise MemberSafeError(
+            "A proposed cell holds a character that cannot be stored (U+0000 or an unpaired "
+            "surrogate), so the proposal was refused and nothing was recorded.",
+            code="unstorable_text") from None
     return {**pinned.identity(), "proposal_id": record.id, "status": "awaiting_review",
             "cells": [{"ordinal": c.ordinal, "op": c.op, "cell_id": c.cell_id}
                       for c in record.cells],

@@ -121,6 +121,62 @@ def test_rename_is_owner_only_and_refused_for_governed(server: ServerProcess) ->
         assert download.json() == ENVELOPE  # the inert canonical envelope
 
 
+def test_rename_sticks_in_reads_listings_and_downloads_and_versions_keep_their_titles(
+        server: ServerProcess) -> None:
+    """The artifact's current title lives on the artifact: a rename shows in every read,
+    listing and download (and to a room participant), the response is what was stored, no
+    version is appended, and each version keeps the title it was created with."""
+    with server.client("alice") as alice, server.client("bob") as bob:
+        for client in (alice, bob):
+            assert client.get("agents").status_code == 200
+        room_id = alice.post("conversations",
+                             json={"agent_id": "general", "shared": True}).json()["id"]
+        assert alice.post(f"conversations/{room_id}/participants",
+                          json={"member": "bob"}).status_code == 200
+
+        async def seed(artifacts: ArtifactStore) -> str:
+            first = await artifacts.create("alice", title="Old", kind="markdown",
+                                           content="# one\n", where=WriteContext(room_id))
+            await artifacts.update("alice", first.artifact_id, content="# two\n",
+                                   expected_version=1, where=WriteContext(room_id))
+            return first.artifact_id
+
+        artifact = _with_store(server, seed)
+        renamed = alice.patch(f"artifacts/{artifact}", json={"title": "New name"})
+        assert renamed.status_code == 200, renamed.text
+        body = json_of(renamed)
+        assert body["title"] == "New name" and body["version_title"] == "Old"
+        assert body["version"] == body["latest_version"] == 2  # no version appended
+
+        view = json_of(alice.get(f"artifacts/{artifact}"))
+        assert view["title"] == "New name" and view["versions"] == [1, 2]
+        assert view["content"] == "# two\n"
+        listed = {a["id"]: a for a in json_of(alice.get("artifacts"))}
+        assert listed[artifact]["title"] == "New name"
+        in_room = {a["id"]: a for a in json_of(bob.get("artifacts",
+                                                       params={"conversation_id": room_id}))}
+        assert in_room[artifact]["title"] == "New name"
+        for path in (f"artifacts/{artifact}/download",
+                     f"artifacts/{artifact}/versions/1/download"):
+            download = alice.get(path)
+            assert download.headers["content-disposition"] == \
+                'attachment; filename="New name.md"', path
+        # History: each version keeps the title it was created with.
+        first = json_of(alice.get(f"artifacts/{artifact}/versions/1"))
+        assert first["title"] == "New name" and first["version_title"] == "Old"
+
+        async def revise(artifacts: ArtifactStore) -> tuple[str, str]:
+            record = await artifacts.update("alice", artifact, content="# three\n",
+                                            expected_version=2)
+            return record.title, record.version_title
+
+        # The next version is created with the current title.
+        assert _with_store(server, revise) == ("New name", "New name")
+        third = json_of(alice.get(f"artifacts/{artifact}/versions/3"))
+        assert third["version_title"] == "New name"
+        assert json_of(alice.get(f"artifacts/{artifact}/versions/2"))["version_title"] == "Old"
+
+
 @pytest.mark.rule("R-117", "R-118", "R-126", "R-164")
 def test_fork_copies_exact_bytes_and_refuses_replacement_fields(server: ServerProcess) -> None:
     with server.client("alice") as alice, server.client("bob") as bob, \

@@ -56,6 +56,8 @@ SCRIPTS = [
     _script("what is in my notebook", "read_notebook", {"start": 1, "limit": 5}),
     _script("look at my variables", "inspect_notebook_kernel", {}),
     _script("tidy the notebook", "propose_notebook_edit", EDITS),
+    _script("propose a nul cell", "propose_notebook_edit", {"edits": [
+        {"op": "replace", "cell_id": "describe", "source": "print('a\x00b')"}]}),
     _script("a notebook I did not attach", "read_notebook", {"notebook": "analysis.ipynb"}),
     {"responses": [{"text": "Default answer."}]},
 ]
@@ -315,3 +317,20 @@ def test_a_proposal_for_a_notebook_changed_since_it_was_read_is_refused_as_stale
         ok = settled_call(_turn(alice, room, "tidy the notebook (fresh)",
                                 [fresh["artifact_id"]]), "propose_notebook_edit")
         assert ok["outcome"] == "ok", ok
+
+
+@pytest.mark.rule("R-267")
+def test_a_proposed_cell_holding_nul_is_refused_and_the_turn_goes_on(
+        nb_server: tuple[ServerProcess, FakeOpenAI, Path]) -> None:
+    """A cell source is a text column, which holds no U+0000 on either database: the proposal
+    is a definite, repairable refusal with nothing recorded, not an unknown write outcome."""
+    server, _fake, root = nb_server
+    write_notebook(root, "nul.ipynb", CELLS)
+    with server.client("alice") as alice:
+        room = _room(alice)
+        attached = _attach(alice, room, "nul.ipynb")
+        events = _turn(alice, room, "propose a nul cell", [attached["artifact_id"]])
+        settled = settled_call(events, "propose_notebook_edit")
+        assert settled["outcome"] == "error", settled
+        assert "cannot be stored" in settled["content"]
+        assert not [e for e in events if e["type"] == "notebook.edit.proposed"]

@@ -7,6 +7,9 @@
   PostgreSQL; SQLite transactions are ``BEGIN IMMEDIATE``), the caller's expected version is
   compared, and the bump is itself conditional. Two updates racing on one version: one wins,
   the other is a 409 and writes nothing (R-093).
+* Titles: the artifact's current title lives on the root; a rename changes only the root
+  (no new version), so every read, listing and download shows it. Each version keeps the
+  title it was created with (``version_title``), its own history.
 * Reading: the owner sees every version. Anyone else sees only versions bound to a shared room
   they currently participate in — the exact room reference, never the title or the root
   (R-090). Everything else is NotFound, never 403.
@@ -36,6 +39,7 @@ from kaizen_server_extension.store.artifacts.content import (
     verify_attestation,
 )
 from kaizen_server_extension.store.core import Tx, new_id, utcnow
+from kaizen_server_extension.store.storable import UnstorableText
 from kaizen_server_extension.store.store import Store
 
 ARTIFACT_VERSION_EVENT = "artifact.version"
@@ -62,7 +66,10 @@ class ArtifactVersionRecord:
     latest_version: int
     kind: str
     language: str | None
+    #: The artifact's current title (the root's: a rename changes it for every version).
     title: str
+    #: The title this version was created with (immutable, like the version).
+    version_title: str
     mime: str
     digest: str
     size: int
@@ -87,7 +94,8 @@ class ArtifactVersionRecord:
         body: dict[str, Any] = {
             "id": self.artifact_id, "owner": self.owner, "version": self.version,
             "latest_version": self.latest_version, "kind": self.kind,
-            "language": self.language, "title": self.title, "mime": self.mime,
+            "language": self.language, "title": self.title,
+            "version_title": self.version_title, "mime": self.mime,
             "digest": self.digest, "size": self.size, "author": self.author,
             "conversation_id": self.conversation_id, "room_id": self.room_id,
             "governed": self.governed, "derived_from": self.derived_from,
@@ -105,11 +113,21 @@ class ArtifactVersionRecord:
                 "governed": self.governed, "derived_from": self.derived_from}
 
 
+def _utf8(content: bytes | str) -> bytes:
+    if isinstance(content, bytes):
+        return content
+    try:
+        return content.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UnstorableText("content") from None
+
+
 def _record(root: m.Artifact, row: m.ArtifactVersion) -> ArtifactVersionRecord:
     return ArtifactVersionRecord(
         artifact_id=root.id, owner=root.owner, version=row.version,
         latest_version=root.current_version, kind=row.kind, language=row.language,
-        title=row.title, mime=row.mime, digest=row.digest, size=row.size, author=row.author,
+        title=root.title, version_title=row.title, mime=row.mime, digest=row.digest,
+        size=row.size, author=row.author,
         conversation_id=row.conversation_id, room_id=row.room_id, run_id=row.run_id,
         governed=row.attestation is not None and is_reserved(row.kind, row.language),
         derived_from=root.derived_from, source_name=root.source_name,
@@ -301,7 +319,8 @@ class ArtifactStore:
 
     async def rename(self, member: str, artifact_id: str, title: str) -> ArtifactVersionRecord:
         """A member metadata route: owner-only (foreign is NotFound first, R-126); a governed
-        artifact refuses with validation_failed and nothing changes (R-125)."""
+        artifact refuses with validation_failed and nothing changes (R-125). The new title is
+        the root's, read back as stored; no version is appended and each keeps its own."""
         async with self.store.transaction() as tx:
             root = await self._lock_owned(tx, member, artifact_id)
             latest = await self._version_row(tx, artifact_id, root.current_version)
@@ -310,6 +329,7 @@ class ArtifactStore:
             root.title = title
             root.updated_at = utcnow()
             await tx.session.flush()
+            await tx.session.refresh(root)
             return _record(root, latest)
 
     async def fork(self, member: str, artifact_id: str, *, where: WriteContext,
@@ -392,6 +412,8 @@ class ArtifactStore:
     @staticmethod
     def _checked(kind: str, language: str | None, content: bytes | str,
                  attestation: str | None) -> bytes:
+        """The version's bytes. Content is stored as bytes, so U+0000 is kept exactly; an
+        unpaired surrogate has no UTF-8 encoding and is refused (store/storable.py)."""
         if kind not in m.ARTIFACT_KINDS:
             raise ValidationFailed(f"Unknown artifact kind {kind!r}.")
         if is_reserved(kind, language):
@@ -399,9 +421,9 @@ class ArtifactStore:
                 raise ValidationFailed("That kind and language are reserved for governed "
                                        "results from trusted tools.",
                                        code="reserved_artifact_language")
-            return content.encode("utf-8") if isinstance(content, str) else content
+            return _utf8(content)
         if kind == "file":
-            return content.encode("utf-8") if isinstance(content, str) else content
+            return _utf8(content)
         if isinstance(content, bytes):
             try:
                 text = content.decode("utf-8")
@@ -409,7 +431,7 @@ class ArtifactStore:
                 raise ValidationFailed("A text artifact must be UTF-8.") from None
         else:
             text = content
-        return check_content(kind, language, text).encode("utf-8")
+        return _utf8(check_content(kind, language, text))
 
     async def _room_of(self, tx: Tx, member: str, conversation_id: str | None) -> str | None:
         """The shared room a new version is bound to: the writer's current room, checked."""
