@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
+from itertools import accumulate
 from typing import Any, TypeVar
 
 from jupyter_server.base.handlers import APIHandler
@@ -24,6 +26,23 @@ log = logging.getLogger("kaizen.api")
 Body = TypeVar("Body", bound=BaseModel)
 
 AUTH_RESOURCE = "kaizen"
+
+#: Arrays and objects a request body may nest. No body of this API needs more than a few;
+#: Python's parser would recurse (and fail as a server error) long before a deep body ends.
+MAX_JSON_DEPTH = 64
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
+
+
+def json_too_deep(raw: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``raw`` nests arrays and objects deeper than ``limit``, found without parsing:
+    strings are skipped (a bracket inside one is text), then the depth is the running count of
+    the brackets left. Linear in the body, and free for a body with few brackets at all."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False
+    brackets = _JSON_STRING.sub(b"", raw).translate(None, delete=_NOT_BRACKETS)
+    steps = (1 if c in b"[{" else -1 for c in brackets)
+    return max(accumulate(steps), default=0) > limit
 
 
 class KaizenHandler(APIHandler):
@@ -67,8 +86,12 @@ class KaizenHandler(APIHandler):
         return body
 
     def parse_body(self, model: type[Body], *, limit: int = 1024 * 1024) -> Body:
-        """Malformed JSON is 400; a body that breaks the schema is 422 (API.md)."""
+        """Malformed JSON is 400, and so is JSON nested deeper than ``MAX_JSON_DEPTH`` (checked
+        before parsing); a body that breaks the schema is 422 (API.md)."""
         raw = self.body_bytes(limit)
+        if json_too_deep(raw):
+            raise BadRequest(f"The request body nests arrays or objects deeper than "
+                             f"{MAX_JSON_DEPTH} levels.", code="json_too_deep")
         try:
             data = json.loads(raw or b"null")
         except (json.JSONDecodeError, UnicodeDecodeError):
