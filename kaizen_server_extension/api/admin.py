@@ -13,13 +13,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, StrictBool
 from tornado import web
 
+from kaizen_server_extension.api import params
 from kaizen_server_extension.api.base import KaizenHandler
 from kaizen_server_extension.protocol.errors import BadRequest, NotFound, SchemaViolation
 from kaizen_server_extension.store.tool_policies import EVERYONE, ToolPolicyAdmin
 from kaizen_server_extension.tools.decorators import TOOL_NAME_RE
 
-TOOL = r"[^/]{1,64}"
-MEMBER = r"[^/]{1,200}"
+TOOL = params.TOOL
+MEMBER = params.MEMBER
 _MEMBER_MAX = 200
 
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, StringConstraints
 from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.api.params import ID, MAX_INT32, NUMBER, path_int
 from kaizen_server_extension.protocol.errors import BadRequest
 from kaizen_server_extension.store.artifacts.repository import (
     ArtifactStore,
@@ -20,8 +21,8 @@ from kaizen_server_extension.store.artifacts.repository import (
     WriteContext,
 )
 
-ARTIFACT_ID = r"[^/]{1,128}"
-VERSION = r"[^/]{1,12}"
+ARTIFACT_ID = ID
+VERSION = NUMBER
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._ -]+")
 # Extensions a download gets by kind, so a browser never sniffs its way into rendering it.
 _EXTENSIONS = {"markdown": ".md", "html": ".html", "svg": ".svg", "code": ".txt",
@@ -49,10 +50,8 @@ def _room(handler: KaizenHandler) -> str | None:
 
 
 def _version(raw: str) -> int:
-    number = int(raw) if raw.isdigit() and len(raw) <= 9 else 0
-    if number < 1:
-        raise BadRequest("A version is a whole number from 1.", code="invalid_version")
-    return number
+    return path_int(raw, minimum=1, maximum=MAX_INT32, code="invalid_version",
+                    message="A version is a whole number from 1.")
 
 
 class _ArtifactHandler(KaizenHandler):

@@ -26,9 +26,10 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
+from kaizen_server_extension.api.params import query_int
 from kaizen_server_extension.context import KaizenContext
 from kaizen_server_extension.events import LiveEvent, Resync, Subscription
-from kaizen_server_extension.protocol.errors import BadRequest, MemberError, NotFound
+from kaizen_server_extension.protocol.errors import MemberError, NotFound
 from kaizen_server_extension.store.records import EventRecord
 
 log = logging.getLogger("kaizen.api")
@@ -105,7 +106,8 @@ class ConversationEventsHandler(WebSocketMixin, WebSocketHandler, JupyterHandler
                                                                 AUTH_RESOURCE)):
             raise web.HTTPError(403)
         self.conversation_id = conversation_id
-        self._last_seq = _after_arg(self.get_query_argument("after", None))
+        self._last_seq = query_int(self.get_query_argument("after", None), "after", 0,
+                                   minimum=0)
         # Unknown conversation and someone else's look the same: 404 (API.md).
         await self.kaizen.store.conversations.get_for(conversation_id, self.member)
         await super().get(conversation_id)
@@ -206,15 +208,3 @@ _HTTP_ERRORS = {
     404: ("not_found", "Not found."),
 }
 
-
-def _after_arg(raw: str | None) -> int:
-    if raw is None:
-        return 0
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest("Query parameter 'after' must be an integer.",
-                         code="invalid_query") from None
-    if value < 0:
-        raise BadRequest("Query parameter 'after' must be >= 0.", code="invalid_query")
-    return value

@@ -23,14 +23,12 @@ from kaizen_server_extension.api.notifications import (
     NotificationsHandler,
 )
 from kaizen_server_extension.api.openapi import openapi_document
+from kaizen_server_extension.api.params import ID, MEMBER, UnknownPathHandler, query_int
 from kaizen_server_extension.api.tasks import task_routes
 from kaizen_server_extension.api.tool_grants import tool_grant_routes
 from kaizen_server_extension.protocol.errors import BadRequest, NotFound, TooLarge
 from kaizen_server_extension.store.records import AgentRecord
 
-ID = r"[^/]{1,128}"
-AGENT_ID = r"[^/]{1,128}"
-MEMBER = r"[^/]{1,200}"
 MAX_JOURNAL_PAGE = 1000
 
 
@@ -122,8 +120,9 @@ class MessagesHandler(KaizenHandler):
 class JournalHandler(KaizenHandler):
     @web.authenticated
     async def get(self, conversation_id: str) -> None:
-        after = _int_arg(self, "after", 0, minimum=0)
-        limit = _int_arg(self, "limit", 100, minimum=1, maximum=MAX_JOURNAL_PAGE)
+        after = query_int(self.get_query_argument("after", None), "after", 0, minimum=0)
+        limit = query_int(self.get_query_argument("limit", None), "limit", 100, minimum=1,
+                          maximum=MAX_JOURNAL_PAGE)
         events = await self.kaizen.store.journal.read(conversation_id, self.member,
                                                       after=after, limit=limit)
         self.write_json({
@@ -228,22 +227,6 @@ def _settings(approval_mode: str, model: str | None, handler: KaizenHandler) -> 
             "default_model": handler.kaizen.model or None}
 
 
-def _int_arg(handler: KaizenHandler, name: str, fallback: int, *, minimum: int,
-             maximum: int | None = None) -> int:
-    raw = handler.get_query_argument(name, None)
-    if raw is None:
-        return fallback
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(f"Query parameter {name!r} must be an integer.",
-                         code="invalid_query") from None
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
-        raise BadRequest(f"Query parameter {name!r} must be {bound}.", code="invalid_query")
-    return value
-
-
 PREFIX = r"/kaizen/api"
 
 
@@ -255,7 +238,7 @@ def routes(*, library: bool = True) -> list[tuple[str, type[web.RequestHandler]]
         # Unauthenticated probes: liveness, and readiness (store reachable, schema at head).
         *health_routes(PREFIX),
         (rf"{PREFIX}/agents", AgentsHandler),
-        (rf"{PREFIX}/agents/({AGENT_ID})", AgentHandler),
+        (rf"{PREFIX}/agents/({ID})", AgentHandler),
         (rf"{PREFIX}/conversations", ConversationsHandler),
         (rf"{PREFIX}/conversations/({ID})", ConversationHandler),
         (rf"{PREFIX}/conversations/({ID})/participants", ParticipantsHandler),
@@ -288,4 +271,6 @@ def routes(*, library: bool = True) -> list[tuple[str, type[web.RequestHandler]]
         *task_routes(PREFIX),
         # Admin only (404 to everyone else): the tool policies read on every tool call.
         *admin_routes(PREFIX),
+        # Last: any other path under the API is the usual JSON 404, not Jupyter's HTML page.
+        (rf"{PREFIX}(?:/.*)?", UnknownPathHandler),
     ]

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.api.params import ID
 from kaizen_server_extension.jupyter_files import MAX_PATH_CHARS, JupyterFiles
 from kaizen_server_extension.protocol.errors import Forbidden
 from kaizen_server_extension.store.artifacts.repository import ArtifactStore
@@ -28,7 +29,7 @@ from kaizen_server_extension.store.jupyter_files import JupyterFileCopies
 
 log = logging.getLogger("kaizen.api")
 
-ARTIFACT_ID = r"[^/]{1,128}"
+ARTIFACT_ID = ID
 ContentsPath = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH_CHARS)]
 
 

@@ -20,10 +20,11 @@ from pydantic import BaseModel, ConfigDict, StringConstraints
 from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.api.params import ID
 from kaizen_server_extension.store.artifacts.repository import ArtifactStore
 from kaizen_server_extension.store.library import LibraryStore
 
-LIBRARY_ID = r"[^/]{1,128}"
+LIBRARY_ID = ID
 
 #: A collection or project name as the member types it: trimmed, no control characters.
 LibraryName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,

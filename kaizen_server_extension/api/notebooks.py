@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, StringConstraints
 from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.api.params import ID, NUMBER, path_int
 from kaizen_server_extension.notebooks.service import NotebookRefused, NotebookService
 from kaizen_server_extension.protocol.errors import (
     BadRequest,
@@ -119,10 +120,13 @@ class KernelAccessHandler(_NotebookHandler):
         self.write_json(await self._view(conversation_id))
 
 
+#: Ordinals a proposal may have (a proposal holds at most 16 cells; larger ones are 404).
+MAX_ORDINAL = 999
+
+
 def _ordinal(raw: str) -> int:
-    if not raw.isdigit() or len(raw) > 3:
-        raise BadRequest("A cell ordinal is a whole number.", code="invalid_ordinal")
-    return int(raw)
+    return path_int(raw, minimum=0, maximum=MAX_ORDINAL, code="invalid_ordinal",
+                    message="A cell ordinal is a whole number.")
 
 
 class ProposalHandler(_NotebookHandler):
@@ -180,14 +184,14 @@ class UploadHandler(KaizenHandler):
 def notebook_routes(prefix: str, conversation_id: str) -> list[
         tuple[str, type[web.RequestHandler]]]:
     conversation = rf"{prefix}/conversations/({conversation_id})"
-    proposal = rf"{prefix}/notebook-edits/([^/]{{1,64}})"
+    proposal = rf"{prefix}/notebook-edits/({ID})"
     return [
         (rf"{conversation}/notebooks", AttachNotebookHandler),
         (rf"{conversation}/notebook-kernel-access", KernelAccessHandler),
         (rf"{conversation}/uploads", UploadHandler),
         (proposal, ProposalHandler),
-        (rf"{proposal}/cells/([^/]{{1,12}})/decision", CellDecisionHandler),
-        (rf"{proposal}/cells/([^/]{{1,12}})/result", CellResultHandler),
+        (rf"{proposal}/cells/({NUMBER})/decision", CellDecisionHandler),
+        (rf"{proposal}/cells/({NUMBER})/result", CellResultHandler),
     ]
 
 
