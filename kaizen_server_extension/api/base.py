@@ -13,6 +13,7 @@ from jupyter_server.base.handlers import APIHandler
 from pydantic import BaseModel, ValidationError
 from tornado import web
 
+from kaizen_server_extension.api.params import allow_header, refuse_undeclared_method
 from kaizen_server_extension.context import KaizenContext
 from kaizen_server_extension.protocol.errors import (
     BadRequest,
@@ -62,6 +63,7 @@ class KaizenHandler(APIHandler):
         super().check_xsrf_cookie()
 
     async def prepare(self) -> None:  # type: ignore[override]
+        refuse_undeclared_method(self)
         await super().prepare()
         user = self.current_user
         if user is None:
@@ -111,6 +113,7 @@ class KaizenHandler(APIHandler):
         exc_info = kwargs.get("exc_info")
         exc = exc_info[1] if exc_info else None
         self.set_header("Content-Type", "application/json")
+        allow_header(self, status_code)
         if isinstance(exc, MemberError):
             self.set_status(exc.status)
             self.finish(json.dumps({"error": {"code": exc.code, "message": exc.message}}))

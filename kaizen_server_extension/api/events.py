@@ -26,7 +26,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
-from kaizen_server_extension.api.params import query_int
+from kaizen_server_extension.api.params import allow_header, query_int, refuse_undeclared_method
 from kaizen_server_extension.context import KaizenContext
 from kaizen_server_extension.events import LiveEvent, Resync, Subscription
 from kaizen_server_extension.protocol.errors import MemberError, NotFound
@@ -84,6 +84,7 @@ class ConversationEventsHandler(WebSocketMixin, WebSocketHandler, JupyterHandler
         return self.ping_interval
 
     async def prepare(self, *args: Any, **kwargs: Any) -> None:
+        refuse_undeclared_method(self)
         try:
             # Resolves the identity (token header, ?token=, cookie) the jupyter_server way.
             await super().prepare(*args, **kwargs)
@@ -193,6 +194,7 @@ class ConversationEventsHandler(WebSocketMixin, WebSocketHandler, JupyterHandler
             code, message = "internal_error", "Something went wrong on the server."
         self.set_status(status_code)
         self.set_header("Content-Type", "application/json")
+        allow_header(self, status_code)
         self.finish(json.dumps({"error": {"code": code, "message": message}}))
 
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
@@ -206,5 +208,6 @@ _HTTP_ERRORS = {
     401: ("unauthenticated", "Authentication is required."),
     403: ("forbidden", "You are not allowed to do that."),
     404: ("not_found", "Not found."),
+    405: ("method_not_allowed", "That method is not allowed here."),
 }
 

@@ -14,7 +14,9 @@ import json
 import re
 from typing import Any
 
+from jupyter_server.auth.decorator import allow_unauthenticated
 from jupyter_server.base.handlers import JupyterHandler
+from tornado import web
 
 from kaizen_server_extension.protocol.errors import BadRequest
 
@@ -75,6 +77,35 @@ def id_schema() -> dict[str, Any]:
     return {"type": "string", "pattern": f"^{ID}$"}
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+_ALLOWED: dict[type[web.RequestHandler], tuple[str, ...]] = {}
+
+
+def allowed_methods(handler: type[web.RequestHandler]) -> tuple[str, ...]:
+    """The methods ``handler`` implements (OPTIONS is Jupyter's CORS answer on API handlers)."""
+    allowed = _ALLOWED.get(handler)
+    if allowed is None:
+        allowed = _ALLOWED[handler] = tuple(
+            m for m in _METHODS
+            if getattr(handler, m.lower(), None) is not getattr(web.RequestHandler, m.lower()))
+    return allowed
+
+
+def refuse_undeclared_method(handler: web.RequestHandler) -> None:
+    """405 for a method the route does not have, before anything else runs (authentication,
+    the member's first-visit row): the ``Allow`` header is set by ``allow_header``."""
+    if handler.request.method not in allowed_methods(type(handler)):
+        raise web.HTTPError(405)
+
+
+def allow_header(handler: web.RequestHandler, status_code: int) -> None:
+    """On a 405, say which methods the route has (RFC 9110: Allow is required there)."""
+    if status_code == 405:
+        handler.set_header("Allow", ", ".join(allowed_methods(type(handler))))
+
+
 NOT_FOUND = json.dumps({"error": {"code": "not_found", "message": "Not found."}})
 
 
@@ -83,7 +114,9 @@ class UnknownPathHandler(JupyterHandler):
     (not Jupyter's HTML page), to everyone, so an unknown path, an id outside its pattern and
     a route this server does not have (R-140) all answer alike."""
 
-    SUPPORTED_METHODS = ("GET", "HEAD", "POST", "DELETE", "PATCH", "PUT", "OPTIONS")
+    # Whatever the method (TRACE and CONNECT included): there is nothing here to allow.
+    SUPPORTED_METHODS = ("GET", "HEAD", "POST", "DELETE", "PATCH", "PUT", "OPTIONS", "TRACE",
+                         "CONNECT")
 
     def check_xsrf_cookie(self) -> None:
         return  # nothing here acts; every request is answered 404
@@ -92,3 +125,14 @@ class UnknownPathHandler(JupyterHandler):
         self.set_status(404)
         self.set_header("Content-Type", "application/json")
         self.finish(NOT_FOUND)
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        self.set_status(404)
+        self.set_header("Content-Type", "application/json")
+        self.finish(NOT_FOUND)
+
+    @allow_unauthenticated
+    def _answered(self, *args: Any) -> None:
+        """Never reached: ``prepare`` answered (Jupyter asks every method for its auth)."""
+
+    get = head = post = delete = patch = put = options = trace = connect = _answered
