@@ -15,6 +15,7 @@ from tornado import web
 
 from kaizen_server_extension.api import params
 from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.api.params import query_value
 from kaizen_server_extension.protocol.errors import BadRequest, NotFound, SchemaViolation
 from kaizen_server_extension.store.tool_policies import EVERYONE, ToolPolicyAdmin
 from kaizen_server_extension.tools.decorators import TOOL_NAME_RE
@@ -27,7 +28,7 @@ _MEMBER_MAX = 200
 class ToolPolicyChange(BaseModel):
     """``allowed: false`` denies the tool to the member (or to everyone, member ``*``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     allowed: StrictBool
 
@@ -65,8 +66,8 @@ class AdminHandler(KaizenHandler):
 class ToolPoliciesHandler(AdminHandler):
     @web.authenticated
     async def get(self) -> None:
-        tool = self.get_query_argument("tool", None)
-        member = self.get_query_argument("member", None)
+        tool = query_value(self, "tool")
+        member = query_value(self, "member")
         if tool is not None and not TOOL_NAME_RE.fullmatch(tool):
             raise BadRequest("Query parameter 'tool' is not a tool name.", code="invalid_query")
         if member is not None and not member:
@@ -119,9 +120,9 @@ def admin_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
             "operationId": "listToolPolicies",
             "parameters": [
                 {"name": "tool", "in": "query", "required": False,
-                 "schema": {"type": "string"}},
+                 "schema": {"type": "string", "pattern": TOOL_NAME_RE.pattern}},
                 {"name": "member", "in": "query", "required": False,
-                 "schema": {"type": "string"}}],
+                 "schema": {"type": "string", "minLength": 1}}],
             "responses": {
                 "200": {"description": "Policies",
                         "content": {json: {"schema": {"type": "array", "items": policy}}}},

@@ -46,6 +46,14 @@ def json_too_deep(raw: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
     return max(accumulate(steps), default=0) > limit
 
 
+def whole_number(value: Any) -> Any:
+    """JSON has one number type: 2.0 is the integer 2 (JSON Schema says so too), which
+    pydantic's strict mode would refuse. Anything else is left to the field's own check."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 class KaizenHandler(APIHandler):
     """Authenticated JSON handler. XSRF is enforced by jupyter_server for cookie clients."""
 

@@ -26,7 +26,12 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
-from kaizen_server_extension.api.params import allow_header, query_int, refuse_undeclared_method
+from kaizen_server_extension.api.params import (
+    allow_header,
+    query_int,
+    query_value,
+    refuse_undeclared_method,
+)
 from kaizen_server_extension.context import KaizenContext
 from kaizen_server_extension.events import LiveEvent, Resync, Subscription
 from kaizen_server_extension.protocol.errors import MemberError, NotFound
@@ -38,6 +43,13 @@ AUTH_RESOURCE = "kaizen"
 # Application close codes (4000-4999): like the REST 404, "not yours to see (any more)".
 CLOSE_NOT_PARTICIPANT = 4404
 CLOSE_INTERNAL_ERROR = 1011
+
+
+class UpgradeRequired(MemberError):
+    """A plain HTTP GET of the events route: it is only a websocket (RFC 9110, 426)."""
+
+    status = 426
+    default_code = "websocket_required"
 
 
 class ConversationEventsHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
@@ -107,10 +119,13 @@ class ConversationEventsHandler(WebSocketMixin, WebSocketHandler, JupyterHandler
                                                                 AUTH_RESOURCE)):
             raise web.HTTPError(403)
         self.conversation_id = conversation_id
-        self._last_seq = query_int(self.get_query_argument("after", None), "after", 0,
+        self._last_seq = query_int(query_value(self, "after"), "after", 0,
                                    minimum=0)
         # Unknown conversation and someone else's look the same: 404 (API.md).
         await self.kaizen.store.conversations.get_for(conversation_id, self.member)
+        if self.request.headers.get("Upgrade", "").lower() != "websocket":
+            # Tornado's own answer is a text/html 400; say it in the API's words.
+            raise UpgradeRequired("This is a websocket: connect with Upgrade: websocket.")
         await super().get(conversation_id)
 
     async def open(self, conversation_id: str) -> None:
@@ -187,6 +202,8 @@ class ConversationEventsHandler(WebSocketMixin, WebSocketHandler, JupyterHandler
         exc = exc_info[1] if exc_info else None
         if isinstance(exc, MemberError):
             status_code, code, message = exc.status, exc.code, exc.message
+            if isinstance(exc, UpgradeRequired):
+                self.set_header("Upgrade", "websocket")
         elif status_code < 500:
             code, message = _HTTP_ERRORS.get(status_code, ("bad_request", "Bad request."))
         else:

@@ -23,7 +23,13 @@ from kaizen_server_extension.api.notifications import (
     NotificationsHandler,
 )
 from kaizen_server_extension.api.openapi import openapi_document
-from kaizen_server_extension.api.params import ID, MEMBER, UnknownPathHandler, query_int
+from kaizen_server_extension.api.params import (
+    ID,
+    MEMBER,
+    UnknownPathHandler,
+    query_int,
+    query_value,
+)
 from kaizen_server_extension.api.tasks import task_routes
 from kaizen_server_extension.api.tool_grants import tool_grant_routes
 from kaizen_server_extension.protocol.errors import BadRequest, NotFound, TooLarge
@@ -120,8 +126,8 @@ class MessagesHandler(KaizenHandler):
 class JournalHandler(KaizenHandler):
     @web.authenticated
     async def get(self, conversation_id: str) -> None:
-        after = query_int(self.get_query_argument("after", None), "after", 0, minimum=0)
-        limit = query_int(self.get_query_argument("limit", None), "limit", 100, minimum=1,
+        after = query_int(query_value(self, "after"), "after", 0, minimum=0)
+        limit = query_int(query_value(self, "limit"), "limit", 100, minimum=1,
                           maximum=MAX_JOURNAL_PAGE)
         events = await self.kaizen.store.journal.read(conversation_id, self.member,
                                                       after=after, limit=limit)
@@ -148,7 +154,7 @@ class RunCancelHandler(KaizenHandler):
 class ApprovalsHandler(KaizenHandler):
     @web.authenticated
     async def get(self) -> None:
-        status = self.get_query_argument("status", None)
+        status = query_value(self, "status")
         if status not in (None, "pending", "approved", "denied", "consumed"):
             raise BadRequest("Unknown approval status.", code="invalid_query")
         self.write_json(await self.kaizen.tools.approvals.list_for(self.member, status))
@@ -168,13 +174,13 @@ class ToolsHandler(KaizenHandler):
     @web.authenticated
     async def get(self) -> None:
         """The catalog this member and agent would get in a conversation (or privately)."""
-        conversation_id = self.get_query_argument("conversation_id", None)
+        conversation_id = query_value(self, "conversation_id")
         store = self.kaizen.store
         if conversation_id:
             conversation = await store.conversations.get_for(conversation_id, self.member)
             agent_id = conversation.agent_id
         else:
-            agent_id = self.get_query_argument("agent_id", "general")
+            agent_id = query_value(self, "agent_id") or "general"
             conversation = None
         agent = await store.agents.get_visible(agent_id, self.member)
         if agent is None:

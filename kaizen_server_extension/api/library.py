@@ -35,7 +35,7 @@ ItemId = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 class CreateLibraryContainer(BaseModel):
     """``POST collections`` / ``POST projects``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: LibraryName
 
@@ -43,7 +43,7 @@ class CreateLibraryContainer(BaseModel):
 class FileDocument(BaseModel):
     """``POST collections/{collection_id}/documents``: one of the member's documents."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     artifact_id: ItemId
 
@@ -51,7 +51,7 @@ class FileDocument(BaseModel):
 class LinkProjectItem(BaseModel):
     """``POST projects/{project_id}/items``: a non-owning pointer to a Library item."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     item_kind: Literal["artifact", "collection", "project"]
     item_id: ItemId

@@ -38,6 +38,23 @@ MAX_INT32 = 2**31 - 1
 _DIGITS = re.compile(r"[0-9]{1,19}")
 
 
+def query_value(handler: web.RequestHandler, name: str) -> str | None:
+    """A query parameter exactly as sent: tornado's ``get_query_argument`` turns control
+    characters into spaces and strips them, so ``?after=%1B7`` would read as 7. Given more
+    than once, or not UTF-8, is 400 ``invalid_query``."""
+    values = handler.request.query_arguments.get(name)
+    if not values:
+        return None
+    if len(values) > 1:
+        raise BadRequest(f"Query parameter {name!r} is given more than once.",
+                         code="invalid_query")
+    try:
+        return values[0].decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRequest(f"Query parameter {name!r} is not UTF-8.",
+                         code="invalid_query") from None
+
+
 def parse_int(raw: str, *, minimum: int, maximum: int) -> int | None:
     """``raw`` as an int when it is 1-19 ASCII digits within ``[minimum, maximum]``; else None."""
     if not _DIGITS.fullmatch(raw):
@@ -75,6 +92,20 @@ def integer_schema(minimum: int, maximum: int) -> dict[str, Any]:
 def id_schema() -> dict[str, Any]:
     """The OpenAPI schema of an ``ID`` path parameter."""
     return {"type": "string", "pattern": f"^{ID}$"}
+
+
+#: The schema of each path parameter by name, as its route pattern and parser take it: the
+#: OpenAPI document (``openapi.py``) gives every path parameter its schema from here.
+PATH_PARAMETERS: dict[str, dict[str, Any]] = {
+    **{name: id_schema() for name in (
+        "conversation_id", "run_id", "agent_id", "approval_id", "notification_id",
+        "artifact_id", "proposal_id", "collection_id", "project_id")},
+    "tool": {"type": "string", "pattern": f"^{TOOL}$"},
+    # Any name but "/" (the identity provider's); one that is no member is a 404 or 422.
+    "member": {"type": "string", "minLength": 1, "maxLength": 200,
+               "pattern": "^[^/\\s\\x00-\\x1f\\x7f]+$"},
+    "version": integer_schema(1, MAX_INT32),
+}
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
