@@ -28,7 +28,7 @@ from pydantic import (
 from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler, whole_number
-from kaizen_server_extension.api.params import ID
+from kaizen_server_extension.api.params import ID, MAX_INT32
 from kaizen_server_extension.jupyter_files import MAX_PATH_CHARS, PATH_PATTERN, JupyterFiles
 from kaizen_server_extension.protocol.errors import Forbidden
 from kaizen_server_extension.store.artifacts.repository import ArtifactStore
@@ -50,12 +50,16 @@ class ReadJupyterFile(BaseModel):
                                            "as the file browser shows it")
 
 
+#: An artifact version in a body: as in a path (``params.MAX_INT32``), 2.0 taken as 2.
+Version = Annotated[int, Field(ge=1, le=MAX_INT32), BeforeValidator(whole_number)]
+
+
 class SaveToJupyter(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     path: ContentsPath = Field(description="Where to write, relative to the Jupyter server's "
                                            "root; the folder must exist")
-    version: Annotated[int, Field(ge=1), BeforeValidator(whole_number)] | None = Field(
+    version: Version | None = Field(
         None, description="The version to write; the latest when omitted")
     overwrite: bool = Field(False, description="Replace an existing file (else 409 "
                                                "file_exists)")
