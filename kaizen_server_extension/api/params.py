@@ -23,6 +23,8 @@ from kaizen_server_extension.protocol.errors import BadRequest
 #: Every id the store issues (uuid4 hex), an agent id ([a-z0-9][a-z0-9_.-]*), a notice's
 #: resource id: letters, digits, ``_ . -``, starting with a letter or digit.
 ID = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}"
+#: A scheduled task's id (api/tasks.py).
+TASK_ID = r"[A-Za-z0-9_-]{1,64}"
 #: A tool name in a route (registry names, and ``server:tool`` names of configured servers).
 TOOL = r"[A-Za-z0-9_.:-]{1,200}"
 #: A member name is the identity provider's, not ours: any characters but ``/``; bounded on
@@ -100,6 +102,7 @@ PATH_PARAMETERS: dict[str, dict[str, Any]] = {
     **{name: id_schema() for name in (
         "conversation_id", "run_id", "agent_id", "approval_id", "notification_id",
         "artifact_id", "proposal_id", "collection_id", "project_id")},
+    "task_id": {"type": "string", "pattern": f"^{TASK_ID}$"},
     "tool": {"type": "string", "pattern": f"^{TOOL}$"},
     # Any name but "/" (the identity provider's); one that is no member is a 404 or 422.
     "member": {"type": "string", "minLength": 1, "maxLength": 200,
