@@ -38,7 +38,11 @@ def contract_server(request: pytest.FixtureRequest, tmp_path: Path):
         url = sqlite_url_for(tmp_path / "server" / "kaizen.db")
     else:
         url, schema = POSTGRES_URL, new_schema()
-    proc = start_server(tmp_path / "server", url, schema)
+    # Scheduled tasks fire on the scheduler's poll, detached from any request: a task this run
+    # creates must not fire between the two fingerprints of another request. One poll an hour
+    # (the bound) is none during the run; "run now" fires within its own request, as before.
+    proc = start_server(tmp_path / "server", url, schema,
+                        extra_env={"KAIZEN_TASK_POLL_SECONDS": "3600"})
     try:
         yield proc
     finally:
