@@ -15,7 +15,7 @@ from tornado import web
 
 from kaizen_server_extension.api import params
 from kaizen_server_extension.api.base import KaizenHandler
-from kaizen_server_extension.api.params import query_value
+from kaizen_server_extension.api.params import query_value, refuse_undeclared_method
 from kaizen_server_extension.protocol.errors import BadRequest, NotFound, SchemaViolation
 from kaizen_server_extension.store.tool_policies import EVERYONE, ToolPolicyAdmin
 from kaizen_server_extension.tools.decorators import TOOL_NAME_RE
@@ -34,6 +34,11 @@ class ToolPolicyChange(BaseModel):
 
 
 class AdminHandler(KaizenHandler):
+    # Every method reaches prepare() (TRACE and CONNECT too): to a non-admin, whatever the
+    # method, these routes are the 404 of a path that does not exist; an admin gets the 405.
+    SUPPORTED_METHODS = (*KaizenHandler.SUPPORTED_METHODS, "TRACE", "CONNECT")
+    refuse_methods_first = False
+
     async def prepare(self) -> None:  # type: ignore[override]
         await super().prepare()
         if self._finished:
@@ -41,6 +46,14 @@ class AdminHandler(KaizenHandler):
         if not self.kaizen.is_admin(self.member):
             # Not 403: a non-admin cannot tell that admin routes exist (API.md).
             raise NotFound("Not found.", code="not_found")
+        refuse_undeclared_method(self)
+
+    @web.authenticated
+    def trace(self, *args: Any) -> None:
+        """Never reached: prepare() refuses it (404, or 405 to an admin)."""
+        raise web.HTTPError(405)
+
+    connect = trace
 
     @property
     def policies(self) -> ToolPolicyAdmin:

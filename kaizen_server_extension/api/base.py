@@ -58,6 +58,9 @@ class KaizenHandler(APIHandler):
     """Authenticated JSON handler. XSRF is enforced by jupyter_server for cookie clients."""
 
     auth_resource = AUTH_RESOURCE
+    #: Refuse a method the route does not have before anything else (405); a handler whose
+    #: existence must not show (admin routes) refuses after its own check instead.
+    refuse_methods_first = True
 
     @property
     def kaizen(self) -> KaizenContext:
@@ -71,7 +74,8 @@ class KaizenHandler(APIHandler):
         super().check_xsrf_cookie()
 
     async def prepare(self) -> None:  # type: ignore[override]
-        refuse_undeclared_method(self)
+        if self.refuse_methods_first:
+            refuse_undeclared_method(self)
         await super().prepare()
         user = self.current_user
         if user is None:
