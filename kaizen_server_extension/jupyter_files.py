@@ -52,6 +52,19 @@ _DRIVE = re.compile(r"^[A-Za-z]:")
 T = TypeVar("T")
 
 
+#: A file or folder name: at most 255 bytes (the file system's own bound; past it the OS
+#: refuses the name with an error the ContentsManager does not turn into an answer).
+MAX_NAME_BYTES = 255
+# 63 characters of up to 4 UTF-8 bytes each stay within MAX_NAME_BYTES.
+_SEGMENT = r"[^./:~\\\x00-\x1f\x7f][^/:\\\x00-\x1f\x7f]{0,62}"
+#: The OpenAPI pattern of a path ``api_path`` takes: relative, no '.'/'..' or empty segment,
+#: no backslash or control character. It documents no ':' and no leading '.' or '~' (a drive,
+#: a hidden name, a home), which the server refuses or does not share, or simply has not.
+PATH_PATTERN = rf"^{_SEGMENT}(?:/{_SEGMENT})*$"
+_LAST = r"[^./:~\\\x00-\x1f\x7f][^/:\\\x00-\x1f\x7f]{0,56}\.ipynb"
+NOTEBOOK_PATH_PATTERN = rf"^(?:{_SEGMENT}/)*{_LAST}$"
+
+
 def _invalid(message: str) -> BadRequest:
     return BadRequest(message, code="invalid_path")
 
@@ -72,6 +85,12 @@ def api_path(raw: str) -> str:
                        "server's root.")
     if any(not part for part in parts):
         raise _invalid("A path may not have empty segments (a doubled or trailing '/').")
+    try:
+        too_long = any(len(part.encode("utf-8")) > MAX_NAME_BYTES for part in parts)
+    except UnicodeEncodeError:
+        raise _invalid("A path must be valid Unicode text.") from None
+    if too_long:
+        raise _invalid(f"A file or folder name is at most {MAX_NAME_BYTES} bytes.")
     return "/".join(parts)
 
 
@@ -157,6 +176,10 @@ class JupyterFiles:
             return
         try:
             hidden = bool(await ensure_async(self._cm.is_hidden(path)))
+        except (NotADirectoryError, FileNotFoundError):
+            # A segment of the path is a file, not a folder: nothing can be there.
+            raise NotFound("There is no such file or folder in the Jupyter server's root.",
+                           code="file_not_found") from None
         except NotImplementedError:
             # A ContentsManager without the rule: a dot-name anywhere is hidden (Jupyter's).
             hidden = any(part.startswith(".") for part in path.split("/"))

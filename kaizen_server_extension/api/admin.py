@@ -13,30 +13,45 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, StrictBool
 from tornado import web
 
+from kaizen_server_extension.api import params
 from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.api.params import query_value, refuse_undeclared_method
 from kaizen_server_extension.protocol.errors import BadRequest, NotFound, SchemaViolation
 from kaizen_server_extension.store.tool_policies import EVERYONE, ToolPolicyAdmin
 from kaizen_server_extension.tools.decorators import TOOL_NAME_RE
 
-TOOL = r"[^/]{1,64}"
-MEMBER = r"[^/]{1,200}"
+TOOL = params.TOOL
+MEMBER = params.MEMBER
 _MEMBER_MAX = 200
 
 
 class ToolPolicyChange(BaseModel):
     """``allowed: false`` denies the tool to the member (or to everyone, member ``*``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     allowed: StrictBool
 
 
 class AdminHandler(KaizenHandler):
+    # Every method reaches prepare() (TRACE and CONNECT too): to a non-admin, whatever the
+    # method, these routes are the 404 of a path that does not exist; an admin gets the 405.
+    SUPPORTED_METHODS = (*KaizenHandler.SUPPORTED_METHODS, "TRACE", "CONNECT")
+    refuse_methods_first = False
+
     def check_route(self) -> None:
         if not self.kaizen.is_admin(self.member):
             # Not 403: a non-admin cannot tell that admin routes exist (API.md), not even
             # from how a malformed request to one is refused.
             raise NotFound("Not found.", code="not_found")
+        refuse_undeclared_method(self)
+
+    @web.authenticated
+    def trace(self, *args: Any) -> None:
+        """Never reached: prepare() refuses it (404, or 405 to an admin)."""
+        raise web.HTTPError(405)
+
+    connect = trace
 
     @property
     def policies(self) -> ToolPolicyAdmin:
@@ -62,8 +77,8 @@ class AdminHandler(KaizenHandler):
 class ToolPoliciesHandler(AdminHandler):
     @web.authenticated
     async def get(self) -> None:
-        tool = self.get_query_argument("tool", None)
-        member = self.get_query_argument("member", None)
+        tool = query_value(self, "tool")
+        member = query_value(self, "member")
         if tool is not None and not TOOL_NAME_RE.fullmatch(tool):
             raise BadRequest("Query parameter 'tool' is not a tool name.", code="invalid_query")
         if member is not None and not member:
@@ -116,9 +131,9 @@ def admin_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
             "operationId": "listToolPolicies",
             "parameters": [
                 {"name": "tool", "in": "query", "required": False,
-                 "schema": {"type": "string"}},
+                 "schema": {"type": "string", "pattern": TOOL_NAME_RE.pattern}},
                 {"name": "member", "in": "query", "required": False,
-                 "schema": {"type": "string"}}],
+                 "schema": {"type": "string", "minLength": 1}}],
             "responses": {
                 "200": {"description": "Policies",
                         "content": {json: {"schema": {"type": "array", "items": policy}}}},

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, StringConstraints
 from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.api.params import ID, MAX_INT32, NUMBER, path_int, query_value
 from kaizen_server_extension.protocol.errors import BadRequest
 from kaizen_server_extension.store.artifacts.repository import (
     ArtifactStore,
@@ -20,8 +21,8 @@ from kaizen_server_extension.store.artifacts.repository import (
     WriteContext,
 )
 
-ARTIFACT_ID = r"[^/]{1,128}"
-VERSION = r"[^/]{1,12}"
+ARTIFACT_ID = ID
+VERSION = NUMBER
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._ -]+")
 # Extensions a download gets by kind, so a browser never sniffs its way into rendering it.
 _EXTENSIONS = {"markdown": ".md", "html": ".html", "svg": ".svg", "code": ".txt",
@@ -29,7 +30,7 @@ _EXTENSIONS = {"markdown": ".md", "html": ".html", "svg": ".svg", "code": ".txt"
 
 
 class RenameArtifact(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     title: Annotated[str, StringConstraints(min_length=1, max_length=300)]
 
@@ -38,21 +39,19 @@ class ForkArtifact(BaseModel):
     """A fork copies the exact stored bytes: a copy request carries no replacement content,
     title or envelope field (R-117), so the body, when present, is an empty object."""
 
-    model_config = ConfigDict(extra="forbid", title="ForkArtifact")
+    model_config = ConfigDict(extra="forbid", strict=True, title="ForkArtifact")
 
 
 def _room(handler: KaizenHandler) -> str | None:
-    room = handler.get_query_argument("conversation_id", None)
-    if room is not None and not 1 <= len(room) <= 64:
+    room = query_value(handler, "conversation_id")
+    if room is not None and not (len(room) <= 64 and re.fullmatch(ID, room)):
         raise BadRequest("conversation_id is not valid.", code="invalid_query")
     return room
 
 
 def _version(raw: str) -> int:
-    number = int(raw) if raw.isdigit() and len(raw) <= 9 else 0
-    if number < 1:
-        raise BadRequest("A version is a whole number from 1.", code="invalid_version")
-    return number
+    return path_int(raw, minimum=1, maximum=MAX_INT32, code="invalid_version",
+                    message="A version is a whole number from 1.")
 
 
 class _ArtifactHandler(KaizenHandler):
@@ -163,7 +162,7 @@ def artifact_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
     room = {"name": "conversation_id", "in": "query", "required": False,
             "description": "A shared room the caller participates in: read the version "
                            "bound to exactly that room",
-            "schema": {"type": "string"}}
+            "schema": {"type": "string", "maxLength": 64, "pattern": f"^{ID}$"}}
     artifact_id = {"name": "artifact_id", "in": "path", "required": True,
                    "schema": {"type": "string"}}
     version = {"name": "version", "in": "path", "required": True,
@@ -171,9 +170,12 @@ def artifact_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
     view = {"allOf": [artifact, {"type": "object", "properties": {
         "content": {"type": "string"},
         "versions": {"type": "array", "items": {"type": "integer"}}}}]}
-    binary = {"200": {"description": "The exact stored bytes, as an attachment",
-                      "content": {"application/octet-stream": {
-                          "schema": {"type": "string", "format": "binary"}}}}}
+    # The bytes go with the artifact's own media type (text/plain, application/json, a stored
+    # file's type such as text/csv or image/png): any type, always as an attachment.
+    raw = {"schema": {"type": "string", "format": "binary"}}
+    binary = {"200": {"description": "The exact stored bytes, as an attachment, in the "
+                                     "artifact's media type",
+                      "content": {"application/octet-stream": raw, "*/*": raw}}}
 
     def op(summary: str, op_id: str, responses: dict[str, Any],
            params: list[dict[str, Any]], body: str | None = None) -> dict[str, Any]:

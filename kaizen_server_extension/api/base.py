@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
+from itertools import accumulate
 from typing import Any, TypeVar
 
 from jupyter_server.base.handlers import APIHandler
@@ -12,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import StatementError
 from tornado import web
 
+from kaizen_server_extension.api.params import allow_header, refuse_undeclared_method
 from kaizen_server_extension.context import KaizenContext
 from kaizen_server_extension.protocol.errors import (
     BadRequest,
@@ -31,11 +34,39 @@ Body = TypeVar("Body", bound=BaseModel)
 
 AUTH_RESOURCE = "kaizen"
 
+#: Arrays and objects a request body may nest. No body of this API needs more than a few;
+#: Python's parser would recurse (and fail as a server error) long before a deep body ends.
+MAX_JSON_DEPTH = 64
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
+
+
+def json_too_deep(raw: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``raw`` nests arrays and objects deeper than ``limit``, found without parsing:
+    strings are skipped (a bracket inside one is text), then the depth is the running count of
+    the brackets left. Linear in the body, and free for a body with few brackets at all."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False
+    brackets = _JSON_STRING.sub(b"", raw).translate(None, delete=_NOT_BRACKETS)
+    steps = (1 if c in b"[{" else -1 for c in brackets)
+    return max(accumulate(steps), default=0) > limit
+
+
+def whole_number(value: Any) -> Any:
+    """JSON has one number type: 2.0 is the integer 2 (JSON Schema says so too), which
+    pydantic's strict mode would refuse. Anything else is left to the field's own check."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
 
 class KaizenHandler(APIHandler):
     """Authenticated JSON handler. XSRF is enforced by jupyter_server for cookie clients."""
 
     auth_resource = AUTH_RESOURCE
+    #: Refuse a method the route does not have before anything else (405); a handler whose
+    #: existence must not show (admin routes) refuses after its own check instead.
+    refuse_methods_first = True
 
     @property
     def kaizen(self) -> KaizenContext:
@@ -49,6 +80,8 @@ class KaizenHandler(APIHandler):
         super().check_xsrf_cookie()
 
     async def prepare(self) -> None:  # type: ignore[override]
+        if self.refuse_methods_first:
+            refuse_undeclared_method(self)
         await super().prepare()
         user = self.current_user
         if user is None:
@@ -92,8 +125,12 @@ class KaizenHandler(APIHandler):
         return body
 
     def parse_body(self, model: type[Body], *, limit: int = 1024 * 1024) -> Body:
-        """Malformed JSON is 400; a body that breaks the schema is 422 (API.md)."""
+        """Malformed JSON is 400, and so is JSON nested deeper than ``MAX_JSON_DEPTH`` (checked
+        before parsing); a body that breaks the schema is 422 (API.md)."""
         raw = self.body_bytes(limit)
+        if json_too_deep(raw):
+            raise BadRequest(f"The request body nests arrays or objects deeper than "
+                             f"{MAX_JSON_DEPTH} levels.", code="json_too_deep")
         try:
             data = json.loads(raw or b"null")
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -120,6 +157,7 @@ class KaizenHandler(APIHandler):
         if isinstance(exc, StatementError) and isinstance(exc.orig, MemberError):
             exc = exc.orig  # a column type's refusal (store/storable.py), not a fault
         self.set_header("Content-Type", "application/json")
+        allow_header(self, status_code)
         if isinstance(exc, MemberError):
             self.set_status(exc.status)
             self.finish(json.dumps({"error": {"code": exc.code, "message": exc.message}}))

@@ -26,9 +26,15 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
+from kaizen_server_extension.api.params import (
+    allow_header,
+    query_int,
+    query_value,
+    refuse_undeclared_method,
+)
 from kaizen_server_extension.context import KaizenContext
 from kaizen_server_extension.events import LiveEvent, Resync, Subscription
-from kaizen_server_extension.protocol.errors import BadRequest, MemberError, NotFound
+from kaizen_server_extension.protocol.errors import MemberError, NotFound
 from kaizen_server_extension.store.records import EventRecord
 from kaizen_server_extension.store.storable import UNSTORABLE, UnstorableText
 
@@ -38,6 +44,13 @@ AUTH_RESOURCE = "kaizen"
 # Application close codes (4000-4999): like the REST 404, "not yours to see (any more)".
 CLOSE_NOT_PARTICIPANT = 4404
 CLOSE_INTERNAL_ERROR = 1011
+
+
+class UpgradeRequired(MemberError):
+    """A plain HTTP GET of the events route: it is only a websocket (RFC 9110, 426)."""
+
+    status = 426
+    default_code = "websocket_required"
 
 
 class ConversationEventsHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
@@ -84,6 +97,7 @@ class ConversationEventsHandler(WebSocketMixin, WebSocketHandler, JupyterHandler
         return self.ping_interval
 
     async def prepare(self, *args: Any, **kwargs: Any) -> None:
+        refuse_undeclared_method(self)
         try:
             # Resolves the identity (token header, ?token=, cookie) the jupyter_server way.
             await super().prepare(*args, **kwargs)
@@ -108,9 +122,13 @@ class ConversationEventsHandler(WebSocketMixin, WebSocketHandler, JupyterHandler
         if UNSTORABLE.search(conversation_id):
             raise UnstorableText("path")  # no stored room has such an id (store/storable.py)
         self.conversation_id = conversation_id
-        self._last_seq = _after_arg(self.get_query_argument("after", None))
+        self._last_seq = query_int(query_value(self, "after"), "after", 0,
+                                   minimum=0)
         # Unknown conversation and someone else's look the same: 404 (API.md).
         await self.kaizen.store.conversations.get_for(conversation_id, self.member)
+        if self.request.headers.get("Upgrade", "").lower() != "websocket":
+            # Tornado's own answer is a text/html 400; say it in the API's words.
+            raise UpgradeRequired("This is a websocket: connect with Upgrade: websocket.")
         await super().get(conversation_id)
 
     async def open(self, conversation_id: str) -> None:
@@ -187,6 +205,8 @@ class ConversationEventsHandler(WebSocketMixin, WebSocketHandler, JupyterHandler
         exc = exc_info[1] if exc_info else None
         if isinstance(exc, MemberError):
             status_code, code, message = exc.status, exc.code, exc.message
+            if isinstance(exc, UpgradeRequired):
+                self.set_header("Upgrade", "websocket")
         elif status_code < 500:
             code, message = _HTTP_ERRORS.get(status_code, ("bad_request", "Bad request."))
         else:
@@ -194,6 +214,7 @@ class ConversationEventsHandler(WebSocketMixin, WebSocketHandler, JupyterHandler
             code, message = "internal_error", "Something went wrong on the server."
         self.set_status(status_code)
         self.set_header("Content-Type", "application/json")
+        allow_header(self, status_code)
         self.finish(json.dumps({"error": {"code": code, "message": message}}))
 
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
@@ -207,17 +228,6 @@ _HTTP_ERRORS = {
     401: ("unauthenticated", "Authentication is required."),
     403: ("forbidden", "You are not allowed to do that."),
     404: ("not_found", "Not found."),
+    405: ("method_not_allowed", "That method is not allowed here."),
 }
 
-
-def _after_arg(raw: str | None) -> int:
-    if raw is None:
-        return 0
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest("Query parameter 'after' must be an integer.",
-                         code="invalid_query") from None
-    if value < 0:
-        raise BadRequest("Query parameter 'after' must be >= 0.", code="invalid_query")
-    return value

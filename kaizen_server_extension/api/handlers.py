@@ -23,14 +23,18 @@ from kaizen_server_extension.api.notifications import (
     NotificationsHandler,
 )
 from kaizen_server_extension.api.openapi import openapi_document
+from kaizen_server_extension.api.params import (
+    ID,
+    MEMBER,
+    UnknownPathHandler,
+    query_int,
+    query_value,
+)
 from kaizen_server_extension.api.tasks import task_routes
 from kaizen_server_extension.api.tool_grants import tool_grant_routes
 from kaizen_server_extension.protocol.errors import BadRequest, NotFound, TooLarge
 from kaizen_server_extension.store.records import AgentRecord
 
-ID = r"[^/]{1,128}"
-AGENT_ID = r"[^/]{1,128}"
-MEMBER = r"[^/]{1,200}"
 MAX_JOURNAL_PAGE = 1000
 
 
@@ -122,8 +126,9 @@ class MessagesHandler(KaizenHandler):
 class JournalHandler(KaizenHandler):
     @web.authenticated
     async def get(self, conversation_id: str) -> None:
-        after = _int_arg(self, "after", 0, minimum=0)
-        limit = _int_arg(self, "limit", 100, minimum=1, maximum=MAX_JOURNAL_PAGE)
+        after = query_int(query_value(self, "after"), "after", 0, minimum=0)
+        limit = query_int(query_value(self, "limit"), "limit", 100, minimum=1,
+                          maximum=MAX_JOURNAL_PAGE)
         events = await self.kaizen.store.journal.read(conversation_id, self.member,
                                                       after=after, limit=limit)
         self.write_json({
@@ -149,7 +154,7 @@ class RunCancelHandler(KaizenHandler):
 class ApprovalsHandler(KaizenHandler):
     @web.authenticated
     async def get(self) -> None:
-        status = self.get_query_argument("status", None)
+        status = query_value(self, "status")
         if status not in (None, "pending", "approved", "denied", "consumed"):
             raise BadRequest("Unknown approval status.", code="invalid_query")
         self.write_json(await self.kaizen.tools.approvals.list_for(self.member, status))
@@ -169,13 +174,13 @@ class ToolsHandler(KaizenHandler):
     @web.authenticated
     async def get(self) -> None:
         """The catalog this member and agent would get in a conversation (or privately)."""
-        conversation_id = self.get_query_argument("conversation_id", None)
+        conversation_id = query_value(self, "conversation_id")
         store = self.kaizen.store
         if conversation_id:
             conversation = await store.conversations.get_for(conversation_id, self.member)
             agent_id = conversation.agent_id
         else:
-            agent_id = self.get_query_argument("agent_id", "general")
+            agent_id = query_value(self, "agent_id") or "general"
             conversation = None
         agent = await store.agents.get_visible(agent_id, self.member)
         if agent is None:
@@ -228,22 +233,6 @@ def _settings(approval_mode: str, model: str | None, handler: KaizenHandler) -> 
             "default_model": handler.kaizen.model or None}
 
 
-def _int_arg(handler: KaizenHandler, name: str, fallback: int, *, minimum: int,
-             maximum: int | None = None) -> int:
-    raw = handler.get_query_argument(name, None)
-    if raw is None:
-        return fallback
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(f"Query parameter {name!r} must be an integer.",
-                         code="invalid_query") from None
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
-        raise BadRequest(f"Query parameter {name!r} must be {bound}.", code="invalid_query")
-    return value
-
-
 PREFIX = r"/kaizen/api"
 
 
@@ -255,7 +244,7 @@ def routes(*, library: bool = True) -> list[tuple[str, type[web.RequestHandler]]
         # Unauthenticated probes: liveness, and readiness (store reachable, schema at head).
         *health_routes(PREFIX),
         (rf"{PREFIX}/agents", AgentsHandler),
-        (rf"{PREFIX}/agents/({AGENT_ID})", AgentHandler),
+        (rf"{PREFIX}/agents/({ID})", AgentHandler),
         (rf"{PREFIX}/conversations", ConversationsHandler),
         (rf"{PREFIX}/conversations/({ID})", ConversationHandler),
         (rf"{PREFIX}/conversations/({ID})/participants", ParticipantsHandler),
@@ -288,4 +277,6 @@ def routes(*, library: bool = True) -> list[tuple[str, type[web.RequestHandler]]
         *task_routes(PREFIX),
         # Admin only (404 to everyone else): the tool policies read on every tool call.
         *admin_routes(PREFIX),
+        # Last: any other path under the API is the usual JSON 404, not Jupyter's HTML page.
+        (rf"{PREFIX}(?:/.*)?", UnknownPathHandler),
     ]

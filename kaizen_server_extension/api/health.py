@@ -14,6 +14,7 @@ from typing import Any
 from jupyter_server.auth.decorator import allow_unauthenticated
 from jupyter_server.base.handlers import JupyterHandler
 
+from kaizen_server_extension.api.params import allow_header, refuse_undeclared_method
 from kaizen_server_extension.health import readiness
 
 JSON = "application/json"
@@ -22,6 +23,18 @@ JSON = "application/json"
 class _ProbeHandler(JupyterHandler):
     def check_xsrf_cookie(self) -> None:
         return  # GET only; nothing to protect
+
+    async def prepare(self) -> None:  # type: ignore[override]
+        refuse_undeclared_method(self)
+        await super().prepare()
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """Refusals are JSON like every Kaizen error (a probe has only 405 to give)."""
+        allow_header(self, status_code)
+        code = "method_not_allowed" if status_code == 405 else "probe_failed"
+        self._answer(status_code, {"error": {"code": code, "message": (
+            "That method is not allowed here." if status_code == 405
+            else "The probe could not answer.")}})
 
     def _answer(self, status: int, payload: dict[str, Any]) -> None:
         self.set_status(status)

@@ -17,34 +17,49 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    WithJsonSchema,
+)
 from tornado import web
 
-from kaizen_server_extension.api.base import KaizenHandler
-from kaizen_server_extension.jupyter_files import MAX_PATH_CHARS, JupyterFiles
+from kaizen_server_extension.api.base import KaizenHandler, whole_number
+from kaizen_server_extension.api.params import ID, MAX_INT32
+from kaizen_server_extension.jupyter_files import MAX_PATH_CHARS, PATH_PATTERN, JupyterFiles
 from kaizen_server_extension.protocol.errors import Forbidden
 from kaizen_server_extension.store.artifacts.repository import ArtifactStore
 from kaizen_server_extension.store.jupyter_files import JupyterFileCopies
 
 log = logging.getLogger("kaizen.api")
 
-ARTIFACT_ID = r"[^/]{1,128}"
-ContentsPath = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH_CHARS)]
+ARTIFACT_ID = ID
+# Validated by jupyter_files.api_path (its own 400s); the document gives its pattern.
+ContentsPath = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH_CHARS),
+                         WithJsonSchema({"type": "string", "minLength": 1,
+                                         "maxLength": MAX_PATH_CHARS, "pattern": PATH_PATTERN})]
 
 
 class ReadJupyterFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     path: ContentsPath = Field(description="API path relative to the Jupyter server's root, "
                                            "as the file browser shows it")
 
 
+#: An artifact version in a body: as in a path (``params.MAX_INT32``), 2.0 taken as 2.
+Version = Annotated[int, Field(ge=1, le=MAX_INT32), BeforeValidator(whole_number)]
+
+
 class SaveToJupyter(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     path: ContentsPath = Field(description="Where to write, relative to the Jupyter server's "
                                            "root; the folder must exist")
-    version: Annotated[int, Field(ge=1)] | None = Field(
+    version: Version | None = Field(
         None, description="The version to write; the latest when omitted")
     overwrite: bool = Field(False, description="Replace an existing file (else 409 "
                                                "file_exists)")

@@ -22,7 +22,7 @@ SETTINGS_KEY = "kaizen_kernel_consoles"
 
 
 class OpenConsole(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     language: Literal["python", "node"] = "python"
 

@@ -20,10 +20,11 @@ from pydantic import BaseModel, ConfigDict, StringConstraints
 from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.api.params import ID
 from kaizen_server_extension.store.artifacts.repository import ArtifactStore
 from kaizen_server_extension.store.library import LibraryStore
 
-LIBRARY_ID = r"[^/]{1,128}"
+LIBRARY_ID = ID
 
 #: A collection or project name as the member types it: trimmed, no control characters.
 LibraryName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
@@ -34,7 +35,7 @@ ItemId = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 class CreateLibraryContainer(BaseModel):
     """``POST collections`` / ``POST projects``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: LibraryName
 
@@ -42,7 +43,7 @@ class CreateLibraryContainer(BaseModel):
 class FileDocument(BaseModel):
     """``POST collections/{collection_id}/documents``: one of the member's documents."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     artifact_id: ItemId
 
@@ -50,7 +51,7 @@ class FileDocument(BaseModel):
 class LinkProjectItem(BaseModel):
     """``POST projects/{project_id}/items``: a non-owning pointer to a Library item."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     item_kind: Literal["artifact", "collection", "project"]
     item_id: ItemId

@@ -13,10 +13,12 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, StringConstraints
+from pydantic import BaseModel, ConfigDict, StringConstraints, WithJsonSchema
 from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.api.params import ID, NUMBER, path_int, query_value
+from kaizen_server_extension.jupyter_files import NOTEBOOK_PATH_PATTERN
 from kaizen_server_extension.notebooks.service import NotebookRefused, NotebookService
 from kaizen_server_extension.protocol.errors import (
     BadRequest,
@@ -33,17 +35,21 @@ from kaizen_server_extension.store.artifacts import ArtifactStore
 MAX_UPLOAD_BYTES = 25 * 1024 * 1024
 UPLOAD_TYPES = {"text/csv": ".csv", "application/vnd.apache.parquet": ".parquet"}
 _UPLOAD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._ -]{0,119}$")
+#: The file name a client gives: the media type's extension is added when it lacks it.
+_GIVEN_NAME = r"^[A-Za-z0-9][A-Za-z0-9._ -]{0,111}$"
 
 
 class AttachNotebook(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     path: Annotated[str, StringConstraints(min_length=1, max_length=1024,
-                                           pattern=r"^[^\x00]*\.ipynb$")]
+                                           pattern=r"^[^\x00]*\.ipynb$"),
+                    WithJsonSchema({"type": "string", "minLength": 1, "maxLength": 1024,
+                                    "pattern": NOTEBOOK_PATH_PATTERN})]
 
 
 class CellDecision(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     decision: Literal["accept", "reject"]
     #: Run the inserted code cell once it is applied (insert of a code cell only).
@@ -51,7 +57,7 @@ class CellDecision(BaseModel):
 
 
 class CellResult(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     outcome: Literal["applied", "stale", "failed", "undone"]
     detail: Annotated[str, StringConstraints(max_length=300)] = ""
@@ -119,10 +125,13 @@ class KernelAccessHandler(_NotebookHandler):
         self.write_json(await self._view(conversation_id))
 
 
+#: Ordinals a proposal may have (a proposal holds at most 16 cells; larger ones are 404).
+MAX_ORDINAL = 999
+
+
 def _ordinal(raw: str) -> int:
-    if not raw.isdigit() or len(raw) > 3:
-        raise BadRequest("A cell ordinal is a whole number.", code="invalid_ordinal")
-    return int(raw)
+    return path_int(raw, minimum=0, maximum=MAX_ORDINAL, code="invalid_ordinal",
+                    message="A cell ordinal is a whole number.")
 
 
 class ProposalHandler(_NotebookHandler):
@@ -157,18 +166,19 @@ class UploadHandler(KaizenHandler):
 
     @web.authenticated
     async def post(self, conversation_id: str) -> None:
-        name = self.get_query_argument("filename", "")
+        name = query_value(self, "filename") or ""
         media_type = (self.request.headers.get("Content-Type") or "").split(";")[0].strip()
         extension = UPLOAD_TYPES.get(media_type)
         if extension is None:
             raise SchemaViolation("Upload CSV (text/csv) or Parquet "
                                   "(application/vnd.apache.parquet).", code="unsupported_type")
+        if re.fullmatch(_GIVEN_NAME, name) and not name.endswith(extension):
+            name += extension  # "sales" as text/csv is stored as "sales.csv"
         if not _UPLOAD_NAME.fullmatch(name) or not name.endswith(extension):
-            raise BadRequest(f"filename must be a plain name ending in {extension}.",
+            raise BadRequest(f"filename must be a plain name (ending in {extension}).",
                              code="invalid_filename")
+        # An empty file is a file (a CSV of no rows): stored as it is.
         content = self.body_bytes(MAX_UPLOAD_BYTES)
-        if not content:
-            raise BadRequest("The upload is empty.", code="empty_upload")
         await self.kaizen.store.conversations.get_for(conversation_id, self.member)
         record, reused = await ArtifactStore(self.kaizen.store).persist_file(
             self.member, conversation_id, None, name, content, media_type)
@@ -180,14 +190,14 @@ class UploadHandler(KaizenHandler):
 def notebook_routes(prefix: str, conversation_id: str) -> list[
         tuple[str, type[web.RequestHandler]]]:
     conversation = rf"{prefix}/conversations/({conversation_id})"
-    proposal = rf"{prefix}/notebook-edits/([^/]{{1,64}})"
+    proposal = rf"{prefix}/notebook-edits/({ID})"
     return [
         (rf"{conversation}/notebooks", AttachNotebookHandler),
         (rf"{conversation}/notebook-kernel-access", KernelAccessHandler),
         (rf"{conversation}/uploads", UploadHandler),
         (proposal, ProposalHandler),
-        (rf"{proposal}/cells/([^/]{{1,12}})/decision", CellDecisionHandler),
-        (rf"{proposal}/cells/([^/]{{1,12}})/result", CellResultHandler),
+        (rf"{proposal}/cells/({NUMBER})/decision", CellDecisionHandler),
+        (rf"{proposal}/cells/({NUMBER})/result", CellResultHandler),
     ]
 
 
@@ -248,8 +258,11 @@ def notebook_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
             "summary": "Upload a data file (CSV or Parquet, at most 25 MiB) as the member's "
                        "artifact for that file name here; attach its id to a message",
             "operationId": "uploadDataFile",
-            "parameters": [conv, {"name": "filename", "in": "query", "required": True,
-                                  "schema": {"type": "string", "maxLength": 120}}],
+            "parameters": [conv, {
+                "name": "filename", "in": "query", "required": True,
+                "description": "A plain file name; the media type's extension (.csv, "
+                               ".parquet) is added when it does not end with it",
+                "schema": {"type": "string", "pattern": _GIVEN_NAME}}],
             "requestBody": {"required": True, "content": {
                 media: {"schema": {"type": "string", "format": "binary"}}
                 for media in UPLOAD_TYPES}},

@@ -16,6 +16,7 @@ from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler
 from kaizen_server_extension.api.events import ConversationEventsHandler
+from kaizen_server_extension.api.params import query_value
 from kaizen_server_extension.api.schemas import OpenDestination
 from kaizen_server_extension.context import KaizenContext
 from kaizen_server_extension.lanes.inbox import CompletionInbox, PresenceRegistry
@@ -35,7 +36,7 @@ def _presence(kaizen: KaizenContext) -> PresenceRegistry:
 class NotificationsHandler(KaizenHandler):
     @web.authenticated
     async def get(self) -> None:
-        raw = self.get_query_argument("unread", None)
+        raw = query_value(self, "unread")
         if raw not in (None, "0", "1", "true", "false"):
             raise BadRequest("Query parameter 'unread' must be 1 or 0.", code="invalid_query")
         records = await _inbox(self.kaizen).repository.list_for(

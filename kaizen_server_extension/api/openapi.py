@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from kaizen_server_extension._version import __version__
 from kaizen_server_extension.api import schemas
+from kaizen_server_extension.api.params import MAX_INT64, PATH_PARAMETERS, integer_schema
 
 JSON = "application/json"
 
@@ -68,9 +69,44 @@ def _path_param(name: str) -> dict[str, Any]:
     return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
 
 
-def _query_int(name: str, description: str) -> dict[str, Any]:
+def _query_int(name: str, description: str, minimum: int = 0,
+               maximum: int = MAX_INT64) -> dict[str, Any]:
     return {"name": name, "in": "query", "required": False, "description": description,
-            "schema": {"type": "integer", "minimum": 0}}
+            "schema": integer_schema(minimum, maximum)}
+
+
+_ERROR = {"content": {JSON: {"schema": _ref("Error")}}}
+#: What any operation may answer besides its own outcomes, by what it takes (API.md).
+_COMMON = {
+    "400": "Malformed request: a parameter or body that cannot be read (invalid UTF-8, "
+           "malformed JSON, JSON nested deeper than 64 levels, an integer out of range)",
+    "401": "Not authenticated",
+    "404": "Not found or not visible to you; also any path whose ids do not match their "
+           "pattern",
+    "413": "Too large",
+    "422": "Schema violation",
+}
+
+
+def _complete(paths: dict[str, Any]) -> None:
+    """Give every path parameter its schema (``params.PATH_PARAMETERS``, as the routes take
+    them) and every authenticated operation the error answers it can give: 400 and 401
+    always, 404 with path parameters, 413 and 422 with a body. Existing answers are kept."""
+    for path, item in paths.items():
+        for operation in item.values():
+            for parameter in operation.get("parameters", ()):
+                if parameter["in"] == "path" and parameter["name"] in PATH_PARAMETERS:
+                    parameter["schema"] = dict(PATH_PARAMETERS[parameter["name"]])
+            if operation.get("security") == []:
+                continue  # the probes: no parameters, no body, no authentication
+            codes = ["400", "401"]
+            if "{" in path:
+                codes.append("404")
+            if "requestBody" in operation:
+                codes += ["413", "422"]
+            responses = operation["responses"]
+            for code in codes:
+                responses.setdefault(code, {"description": _COMMON[code], **_ERROR})
 
 
 def _model_schemas(*models: type[BaseModel]) -> dict[str, Any]:
@@ -379,7 +415,8 @@ def openapi_document(*, library: bool = True) -> dict[str, Any]:
             "Journal events after a sequence number",
             {**_ok("Page", _ref("JournalPage")), **_errors(400, 404)},
             params=[conv_id, _query_int("after", "Return events with seq greater than this"),
-                    _query_int("limit", "At most this many events (1-1000, default 100)")],
+                    _query_int("limit", "At most this many events (1-1000, default 100)",
+                               1, 1000)],
             op_id="readJournal")},
         # A websocket: OpenAPI cannot describe frames, so the handshake is documented and the
         # frame shapes are the EventFrame and LiveFrame components.
@@ -389,6 +426,9 @@ def openapi_document(*, library: bool = True) -> dict[str, Any]:
             "for live-only events. Closes with 4404 when the member stops being a "
             "participant. Closing it cancels nothing; reconnect with after=<last seq>.",
             {"101": {"description": "Switching Protocols (websocket)"},
+             "426": {"description": "Upgrade Required: a plain HTTP GET (no Upgrade: "
+                                    "websocket), once the caller and room are checked",
+                     "content": {JSON: {"schema": _ref("Error")}}},
              **_errors(400, 404)},
             params=[conv_id, _query_int("after", "Send events with seq greater than this "
                                                  "(default 0)")],
@@ -498,6 +538,7 @@ def openapi_document(*, library: bool = True) -> dict[str, Any]:
     admin_paths, admin_components = admin_openapi()
     paths.update(admin_paths)
     components.update(admin_components)
+    _complete(paths)
     return {
         "openapi": "3.1.0",
         "info": {"title": "Kaizen for Jupyter", "version": __version__,

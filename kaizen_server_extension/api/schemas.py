@@ -21,7 +21,7 @@ MemberName = Annotated[str, StringConstraints(min_length=1, max_length=200,
 
 
 class CreateConversation(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     agent_id: Annotated[str, StringConstraints(min_length=1, max_length=64)]
     title: Annotated[str, StringConstraints(max_length=300)] | None = None
@@ -29,13 +29,13 @@ class CreateConversation(BaseModel):
 
 
 class AddParticipant(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     member: MemberName
 
 
 class PostMessage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     # Length is checked in bytes against the configured bound (413), not here.
     text: Annotated[str, StringConstraints(min_length=1)]
@@ -47,7 +47,7 @@ class PostMessage(BaseModel):
     # to its latest completed version and projected read-only for run_code. At most 8.
     attachments: Annotated[
         list[Annotated[str, StringConstraints(min_length=1, max_length=64)]],
-        Field(max_length=MAX_ATTACHMENTS,
+        Field(max_length=MAX_ATTACHMENTS, json_schema_extra={"uniqueItems": True},
               description="Artifact ids the sender may read (own, or bound to this exact "
                           "room). Each is pinned to its latest completed version and "
                           "projected read-only for run_code (KAIZEN_SHARED_RESOURCES_DIR)."),
@@ -62,14 +62,17 @@ class PostMessage(BaseModel):
 
 
 class MemberSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     approval_mode: Literal["always_ask", "ask_for_writes", "never_ask"]
     model: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
 
 
 class ApprovalDecision(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # The document says what the validator below holds: scope "conversation" only to approve.
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
+        "if": {"required": ["scope"], "properties": {"scope": {"const": "conversation"}}},
+        "then": {"properties": {"decision": {"const": "approve"}}}})
 
     decision: Literal["approve", "deny"]
     scope: Literal["call", "conversation"] = Field(
@@ -93,7 +96,7 @@ class OpenDestination(BaseModel):
     """The destination the client has open: a kind and exact resource ids, nothing else (no
     URL, no prefix or pattern). Only notices of exactly this destination are acknowledged."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     kind: Literal["chat", "prompt", "task_run"]
     resource_id: ExactResourceId

@@ -10,10 +10,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+)
 from tornado import web
 
-from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.api.base import KaizenHandler, whole_number
+from kaizen_server_extension.api.params import TASK_ID
 from kaizen_server_extension.protocol.tasks import MIN_TASK_INTERVAL_S
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.tasks import (
@@ -23,27 +31,38 @@ from kaizen_server_extension.store.tasks import (
     TaskStore,
 )
 
-TASK_ID = r"[A-Za-z0-9_-]{1,64}"
-Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS)]
-Prompt = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PROMPT_CHARS)]
+#: Not blank (store/tasks.py: check_text), as the document says: some character that is not
+#: whitespace to Python's str.strip().
+_NOT_BLANK = {"pattern": r"[^\s\x1c-\x1f\x85]"}
+Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS),
+                 Field(json_schema_extra=_NOT_BLANK)]
+Prompt = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PROMPT_CHARS),
+                   Field(json_schema_extra=_NOT_BLANK)]
 Interval = Annotated[int, Field(ge=MIN_TASK_INTERVAL_S, le=MAX_INTERVAL_S,
-                                description="Seconds between due times (60 s to a year)")]
+                                description="Seconds between due times (60 s to a year)"),
+                     BeforeValidator(whole_number)]
 
 
 class CreateTask(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # The document says what the store holds: a first due time goes with a cadence.
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
+        "if": {"required": ["first_run_at"], "properties": {"first_run_at": {"type": "string"}}},
+        "then": {"required": ["interval_seconds"],
+                 "properties": {"interval_seconds": {"type": "integer"}}}})
 
     name: Name
     prompt: Prompt
     conversation_id: Annotated[str, StringConstraints(min_length=1, max_length=64)] = Field(
         description="The room the task's runs go to: one the caller takes part in")
     interval_seconds: Interval | None = None
+    # A date-time is a JSON string: parsed from one (the body's other fields are strict).
     first_run_at: AwareDatetime | None = Field(
-        None, description="First due time (with a timezone); default: one interval from now")
+        None, strict=False,
+        description="First due time (with a timezone); default: one interval from now")
 
 
 class UpdateTask(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: Name | None = None
     prompt: Prompt | None = None
@@ -51,12 +70,13 @@ class UpdateTask(BaseModel):
     #: True removes the cadence (the task then fires only when run by hand).
     clear_interval: bool = False
     status: Literal["active", "paused"] | None = None
-    version: Annotated[int, Field(ge=1, le=2**31 - 1)] | None = Field(
+    version: Annotated[int, Field(ge=1, le=2**31 - 1),
+                       BeforeValidator(whole_number)] | None = Field(
         None, description="The version this edit is based on; a different current one is 409")
 
 
 class RunTask(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     #: ``run``: a normal run (task_run posture); ``test``: a safe test (task_test), in which
     #: no action that changes anything outside the sandbox is performed (R-055).

@@ -12,10 +12,11 @@ from typing import Any
 
 from tornado import web
 
+from kaizen_server_extension.api import params
 from kaizen_server_extension.api.base import KaizenHandler
 from kaizen_server_extension.store.tool_grants import ToolGrants
 
-TOOL = r"[A-Za-z0-9_.:-]{1,200}"
+TOOL = params.TOOL
 
 
 class ToolGrantsHandler(KaizenHandler):
