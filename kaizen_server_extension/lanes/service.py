@@ -369,6 +369,7 @@ class LaneService:
             call_tool=self._tools.caller(bundle=bundle, tools=tools, cancelled=cancelled),
             publish_live=self._publish_live, lease=self.lease,
             read_tools=tools.read_tools, withheld_arguments=tools.withheld_arguments,
+            settled=resume.results if resume is not None else (),
         )
         controller = controller_for(controller_name, host, manifest, resume=resume)
         if controller is None:  # only a recovery can name one; it checked already
