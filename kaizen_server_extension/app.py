@@ -266,7 +266,7 @@ class KaizenApp(ExtensionApp):
             authorize=self._tool_authorizer(),
             guardrails=guardrails,
         )
-        gateway, model = self._model_gateway(settings, plugins)
+        gateway, model, profile = self._model_gateway(settings, plugins)
         lanes = LaneService(
             store=store,
             tools=tools,
@@ -275,7 +275,8 @@ class KaizenApp(ExtensionApp):
                               correction_rules=settings.correction_rules(),
                               default_model=model,
                               daily_tokens=settings.LLM_PER_USER_DAILY_TOKENS,
-                              notebook_context_chars=settings.KAIZEN_NOTEBOOK_CONTEXT_CHARS),
+                              notebook_context_chars=settings.KAIZEN_NOTEBOOK_CONTEXT_CHARS,
+                              prompt_profile=profile),
             publish_live=bus.publish_run_live,
             lease=settings.run_lease(),
             # On PostgreSQL the events link's connection also holds this process's liveness,
@@ -290,11 +291,12 @@ class KaizenApp(ExtensionApp):
                              model=model, scheduler=scheduler)
 
     def _model_gateway(self, settings: KaizenSettings,
-                       plugins: LoadedPlugins) -> tuple[Any, str]:
+                       plugins: LoadedPlugins) -> tuple[Any, str, Any]:
         """The gateway of the model provider named by ``model_provider``, built by the factory
         a plugin registered (``kaizen_register_model_providers``; the built-in ones come from
-        ``kaizen_plugins.providers``), and the model id runs use by default. An unknown name
-        or unusable settings stop start-up."""
+        ``kaizen_plugins.providers``), the model id runs use by default, and the provider's
+        prompt profile (models/profiles.py). An unknown name or unusable settings stop
+        start-up."""
         from kaizen_server_extension.models.providers import (
             ModelProviderRegistry,
             ProviderConfigError,
@@ -323,9 +325,10 @@ class KaizenApp(ExtensionApp):
         if gateway is not None:
             if provider.fixed_model:
                 model = provider.fixed_model
-            self.log.info("Kaizen model provider: %s (plugin %s)", provider.name,
-                          providers.owner(provider.name))
-        return gateway, model
+            self.log.info("Kaizen model provider: %s (plugin %s), prompt profile %s",
+                          provider.name, providers.owner(provider.name),
+                          provider.prompt_profile.name)
+        return gateway, model, provider.prompt_profile
 
     def _tool_authorizer(self) -> Any:
         """``(member, tool) -> bool`` through the Jupyter server's Authorizer; a failing

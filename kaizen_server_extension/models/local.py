@@ -224,6 +224,11 @@ class LocalModelGateway:
                     raise errors.step_error(payload)
                 elif kind == "done":
                     stats: GenerationStats = payload
+                    # What a small model pays for is the prompt: one line per step, so an
+                    # operator (and bench/local_model.py) sees each step's prompt size.
+                    log.info("local model step %d: %d prompt tokens, %d completion tokens, "
+                             "%d tools", snapshot.step, stats.prompt_tokens,
+                             stats.completion_tokens, len(plan.tools) if plan else 0)
                     call = reply.finish() if reply is not None else None
                     if call is not None:
                         yield ToolCallEmitted(call)
