@@ -53,6 +53,7 @@ from kaizen_server_extension.models.local import (  # noqa: E402
     LocalModelConfig,
     LocalModelGateway,
     completion_stream,
+    default_threads,
     format_prompt,
 )
 from kaizen_server_extension.protocol.model import ChatMessage, StepSnapshot, TextDelta  # noqa: E402
@@ -296,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=96)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=default_threads(),
+                        help="generation threads (default: the server's default)")
     parser.add_argument("--db", default="sqlite", help="ignored (no store)")
     parser.add_argument("--skip-turn", action="store_true")
     parser.add_argument("--data-runs", type=int, default=5,

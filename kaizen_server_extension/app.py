@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 import os
@@ -138,6 +139,7 @@ class KaizenApp(ExtensionApp):
     kaizen: KaizenContext
     _run_code: Any = None
     _gateway: Any = None
+    _warming: Any = None
     _environment_settings: KaizenSettings | None = None
 
     def _link_jupyter_server_extension(self, serverapp: Any) -> None:
@@ -423,6 +425,7 @@ class KaizenApp(ExtensionApp):
             max_bytes=self.kaizen.jupyter_file_max_bytes))
         await self.kaizen.lanes.start()
         self.kaizen.scheduler.start()
+        self._warm_model()
         default_run_metrics().start_sampler(
             self.kaizen.store, self.kaizen.settings.KAIZEN_METRICS_INTERVAL_SECONDS)
         try:
@@ -430,6 +433,22 @@ class KaizenApp(ExtensionApp):
         except Exception:
             # Chat keeps working without kernels; run_code answers that it is unavailable.
             self.log.exception("Kaizen could not start its run_code kernels")
+
+    def _warm_model(self) -> None:
+        """Load an in-process model now, in the background, so the member's first question
+        does not wait for it (the local gateway's ``warm``; a turn arriving meanwhile queues
+        behind the load on the model's own thread)."""
+        warm = getattr(self._gateway, "warm", None)
+        if warm is None:
+            return
+
+        async def load() -> None:
+            try:
+                await warm()
+            except Exception:  # logged by the gateway; each turn then reports it
+                self.log.warning("Kaizen could not load its local model at start-up")
+
+        self._warming = asyncio.get_running_loop().create_task(load(), name="kaizen-warm")
 
     async def stop_extension(self) -> None:
         if getattr(self, "kaizen", None) is None:
