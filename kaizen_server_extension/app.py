@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 import os
@@ -144,6 +145,7 @@ class KaizenApp(ExtensionApp):
     kaizen: KaizenContext
     _run_code: Any = None
     _gateway: Any = None
+    _warming: Any = None
     _environment_settings: KaizenSettings | None = None
 
     def _link_jupyter_server_extension(self, serverapp: Any) -> None:
@@ -296,7 +298,7 @@ class KaizenApp(ExtensionApp):
             authorize=self._tool_authorizer(),
             guardrails=guardrails,
         )
-        gateway, model = self._model_gateway(settings, plugins)
+        gateway, model, profile = self._model_gateway(settings, plugins)
         lanes = LaneService(
             store=store,
             tools=tools,
@@ -305,7 +307,8 @@ class KaizenApp(ExtensionApp):
                               correction_rules=settings.correction_rules(),
                               default_model=model,
                               daily_tokens=settings.LLM_PER_USER_DAILY_TOKENS,
-                              notebook_context_chars=settings.KAIZEN_NOTEBOOK_CONTEXT_CHARS),
+                              notebook_context_chars=settings.KAIZEN_NOTEBOOK_CONTEXT_CHARS,
+                              prompt_profile=profile),
             publish_live=bus.publish_run_live,
             lease=settings.run_lease(),
             # On PostgreSQL the events link's connection also holds this process's liveness,
@@ -320,11 +323,12 @@ class KaizenApp(ExtensionApp):
                              model=model, scheduler=scheduler)
 
     def _model_gateway(self, settings: KaizenSettings,
-                       plugins: LoadedPlugins) -> tuple[Any, str]:
+                       plugins: LoadedPlugins) -> tuple[Any, str, Any]:
         """The gateway of the model provider named by ``model_provider``, built by the factory
         a plugin registered (``kaizen_register_model_providers``; the built-in ones come from
-        ``kaizen_plugins.providers``), and the model id runs use by default. An unknown name
-        or unusable settings stop start-up."""
+        ``kaizen_plugins.providers``), the model id runs use by default, and the provider's
+        prompt profile (models/profiles.py). An unknown name or unusable settings stop
+        start-up."""
         from kaizen_server_extension.models.providers import (
             ModelProviderRegistry,
             ProviderConfigError,
@@ -353,9 +357,10 @@ class KaizenApp(ExtensionApp):
         if gateway is not None:
             if provider.fixed_model:
                 model = provider.fixed_model
-            self.log.info("Kaizen model provider: %s (plugin %s)", provider.name,
-                          providers.owner(provider.name))
-        return gateway, model
+            self.log.info("Kaizen model provider: %s (plugin %s), prompt profile %s",
+                          provider.name, providers.owner(provider.name),
+                          provider.prompt_profile.name)
+        return gateway, model, provider.prompt_profile
 
     def _tool_authorizer(self) -> Any:
         """``(member, tool) -> bool`` through the Jupyter server's Authorizer; a failing
@@ -468,6 +473,7 @@ class KaizenApp(ExtensionApp):
             max_bytes=self.kaizen.jupyter_file_max_bytes))
         await self.kaizen.lanes.start()
         self.kaizen.scheduler.start()
+        self._warm_model()
         default_run_metrics().start_sampler(
             self.kaizen.store, self.kaizen.settings.KAIZEN_METRICS_INTERVAL_SECONDS)
         try:
@@ -475,6 +481,22 @@ class KaizenApp(ExtensionApp):
         except Exception:
             # Chat keeps working without kernels; run_code answers that it is unavailable.
             self.log.exception("Kaizen could not start its run_code kernels")
+
+    def _warm_model(self) -> None:
+        """Load an in-process model now, in the background, so the member's first question
+        does not wait for it (the local gateway's ``warm``; a turn arriving meanwhile queues
+        behind the load on the model's own thread)."""
+        warm = getattr(self._gateway, "warm", None)
+        if warm is None:
+            return
+
+        async def load() -> None:
+            try:
+                await warm()
+            except Exception:  # logged by the gateway; each turn then reports it
+                self.log.warning("Kaizen could not load its local model at start-up")
+
+        self._warming = asyncio.get_running_loop().create_task(load(), name="kaizen-warm")
 
     async def stop_extension(self) -> None:
         if getattr(self, "kaizen", None) is None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -31,8 +31,10 @@ from kaizen_server_extension.protocol.authority import (
 )
 from kaizen_server_extension.protocol.errors import RunCancelled
 from kaizen_server_extension.protocol.model import StepEvent, StepSnapshot
+from kaizen_server_extension.protocol.model_facing import ECHO_REASON, directives_in, echoes
 from kaizen_server_extension.protocol.tools import StoredFile, ToolCallRequest, ToolCallResult
-from kaizen_server_extension.runtime.port import TerminalOutcome, TraceEvent
+from kaizen_server_extension.runtime.fallback import fallback_message
+from kaizen_server_extension.runtime.port import TerminalOutcome, TerminalStatus, TraceEvent
 from kaizen_server_extension.store.calls import (
     CallFacts,
     HeldAudit,
@@ -131,6 +133,7 @@ class RunHost:
         lease: timedelta,
         read_tools: frozenset[str] = frozenset(),
         withheld_arguments: Mapping[str, frozenset[str]] | None = None,
+        settled: Iterable[ToolCallResult] = (),
     ) -> None:
         self._store = store
         self._lane = lane
@@ -146,6 +149,19 @@ class RunHost:
         # What each call's checks read when its ``tool.requested`` was journaled, by call id,
         # until the call is dispatched (``call_tool`` hands them to it, once).
         self._opened: dict[str, CallFacts] = {}
+        # The publication guard's memory: this run's settled results (those a resumed run
+        # settled earlier included) and the model-facing text they carried.
+        self._settled: list[ToolCallResult] = []
+        self._model_facing: list[str] = []
+        self._refused_answer = False
+        for result in settled:
+            self._remember(result)
+
+    def _remember(self, result: ToolCallResult) -> None:
+        self._settled.append(result)
+        for text in (*result.model_facing, *directives_in(result.content)):
+            if text not in self._model_facing:
+                self._model_facing.append(text)
 
     def _verify(self, bundle: AuthorityBundle) -> None:
         try:
@@ -214,6 +230,7 @@ class RunHost:
             del settled["canvas"]
             settled.update(content=result.content, canvas_dropped=True)
             await self._journal(bundle, "tool.settled", settled, durable=durable)
+        self._remember(result)
         return result
 
     async def publish(self, bundle: AuthorityBundle, event: TraceEvent) -> None:
@@ -240,6 +257,15 @@ class RunHost:
                 data.get("arguments"), self._withheld.get(str(data.get("name")), frozenset()))
             await self._open_call(bundle, data)
             return
+        if event.kind == "answer.committed" and echoes(str(data.get("text", "")),
+                                                       self._model_facing):
+            # The publication guard: text addressed to the model is never the
+            # member's answer, whatever the controller decided. The terminal says plainly
+            # what failed instead (publish_terminal).
+            log.warning("run %s: refused an answer that repeats model-facing text",
+                        bundle.run_id)
+            self._refused_answer = True
+            return
         await self._journal(bundle, event.kind, data,
                             steps=1 if event.kind == "model.step.started" else 0,
                             durable=False)
@@ -247,6 +273,10 @@ class RunHost:
     async def publish_terminal(self, bundle: AuthorityBundle,
                                outcome: TerminalOutcome) -> bool:
         self._verify(bundle)
+        if outcome.status is TerminalStatus.COMPLETED and (
+                self._refused_answer or echoes(outcome.answer or "", self._model_facing)):
+            outcome = TerminalOutcome(TerminalStatus.FAILED, ECHO_REASON,
+                                      fallback_message(ECHO_REASON, self._settled))
         data: dict[str, Any] = {}
         if outcome.answer and outcome.status.value != "completed":
             data["message"] = outcome.answer  # the member-facing fallback sentence

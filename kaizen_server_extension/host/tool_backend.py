@@ -11,7 +11,7 @@ import dataclasses
 import json
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,7 @@ from kaizen_server_extension.host.store_ports import (
     artifact_services,
 )
 from kaizen_server_extension.host.task_tools import TaskTools
+from kaizen_server_extension.models.profiles import FULL, PromptProfile
 from kaizen_server_extension.policy.approvals import ApprovalReceipt
 from kaizen_server_extension.policy.errors import ApprovalPending
 from kaizen_server_extension.policy.guardrails import GuardrailChain
@@ -223,7 +224,10 @@ class PipelineToolBackend:
         return self._notebooks
 
     def catalog(self, *, agent: AgentRecord, conversation: ConversationRecord, member: str,
-                request_text: str = "") -> FrozenCatalog:
+                request_text: str = "", profile: PromptProfile = FULL,
+                earned: Sequence[str] = ()) -> FrozenCatalog:
+        """The run's frozen catalog under the model's prompt profile (its context budget
+        defers tools behind tool_search; ``earned`` are the tools the turn's context names)."""
         return freeze_catalog(
             self._registry.descriptors(),
             agent_ceiling=set(agent.tool_ceiling),
@@ -231,12 +235,16 @@ class PipelineToolBackend:
             roster_is_only_initiator=conversation.participants == (member,),
             discovery_enabled=self._discovery,
             member_request=request_text,
+            direct=profile.direct_tools,
+            earned=earned,
+            description_chars=profile.description_chars,
         )
 
     def freeze(self, *, agent: AgentRecord, conversation: ConversationRecord, member: str,
-               request_text: str) -> FrozenTools:
+               request_text: str, profile: PromptProfile = FULL,
+               earned: Sequence[str] = ()) -> FrozenTools:
         catalog = self.catalog(agent=agent, conversation=conversation, member=member,
-                               request_text=request_text)
+                               request_text=request_text, profile=profile, earned=earned)
         shown = {t.name for t in catalog.first_step}
         deferred = tuple(catalog.projected[name] for name in catalog.deferred
                          if name not in shown)

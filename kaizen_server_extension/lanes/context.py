@@ -116,11 +116,13 @@ def build_context(
     shared: bool,
     roster: str | None = None,
     attachments: str | None = None,
+    compact: bool = False,
 ) -> tuple[ChatMessage, ...]:
     """The system prompt (persona, the shared grounding rules, this conversation's artifact
     roster when there is one), earlier answered exchanges, then the input this run answers,
     followed by the rendering of its attached files when there is one (attached notebooks:
-    notebooks/context.py)."""
+    notebooks/context.py). ``compact``: the grounding rules in their short wording (a prompt
+    profile for small models, models/profiles.py)."""
     answered = {e.run_id for e in history if e.type == "answer.committed"}
     messages: list[ChatMessage] = []
     current: ChatMessage | None = None
@@ -149,5 +151,5 @@ def build_context(
     while recent and recent[0].role == "assistant":
         recent = recent[1:]
     # The shared composition chain: persona, grounding (no agent can opt out), roster.
-    system = compose_system_prompt(persona, roster)
+    system = compose_system_prompt(persona, roster, compact=compact)
     return (ChatMessage(role="system", content=system), *recent, current)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from kaizen_server_extension.protocol.model import ChatMessage
+from kaizen_server_extension.protocol.model_facing import ECHO_REMINDER, ECHO_RULE_ID
 from kaizen_server_extension.protocol.tools import (
     Capability,
     FailureDomain,
@@ -109,7 +110,10 @@ class RunJournal:
         """The controller's starting point after the committed steps, with the ``rebuilt``
         results of the dangling calls in place of theirs; None when a correction rule the
         run applied is no longer known (the rule set is bound to the run, R-020)."""
-        reminders = {rule.id: rule.reminder for rule in rules}
+        # The built-in echo guard's reminder is server-authored, not an operator rule: it is
+        # replayed like one but does not draw from the correction attempts.
+        reminders = {ECHO_RULE_ID: ECHO_REMINDER, **{rule.id: rule.reminder for rule in rules}}
+        echoes = 0
         blocks: list[_ToolRound | str] = []
         calls: dict[str, ToolCall] = {}
         settled: dict[str, dict[str, object]] = {str(d["call_id"]): d for d in rebuilt}
@@ -129,10 +133,14 @@ class RunJournal:
             elif event.type == "tool.settled":
                 settled.setdefault(str(data.get("call_id", "")), dict(data))
             elif event.type == "correction.applied":
-                reminder = reminders.get(str(data.get("rule_id", "")))
+                rule_id = str(data.get("rule_id", ""))
+                reminder = reminders.get(rule_id)
                 if reminder is None:
                     return None
-                corrections += 1
+                if rule_id == ECHO_RULE_ID:
+                    echoes += 1
+                else:
+                    corrections += 1
                 blocks.append(reminder)
 
         messages: list[ChatMessage] = []
@@ -154,7 +162,7 @@ class RunJournal:
                                             tool_call_id=call.call_id, name=call.name))
         return ResumePoint(
             messages=tuple(messages), steps_started=self.steps_started,
-            rounds_used=rounds + corrections, corrections_used=corrections,
+            rounds_used=rounds + corrections + echoes, corrections_used=corrections,
             results=tuple(results), required_attempted=bool(calls),
         )
 

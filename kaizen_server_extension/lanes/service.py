@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
@@ -27,10 +27,16 @@ from kaizen_server_extension.host.bundle import admitted_bundle, recorded_admiss
 from kaizen_server_extension.host.run_host import LivePublisher, RunHost, ToolCaller
 from kaizen_server_extension.host.tool_backend import FrozenTools
 from kaizen_server_extension.lanes.artifact_stream import UPDATE_TOOL, checkpointed_step
-from kaizen_server_extension.lanes.context import build_context, roster_for
+from kaizen_server_extension.lanes.context import (
+    COMPLETE_TOOL,
+    build_context,
+    load_artifact_roster,
+    roster_for,
+)
 from kaizen_server_extension.lanes.inbox import CompletionInbox, PresenceRegistry
 from kaizen_server_extension.lanes.resume import RECOVERY_EVENTS, RunJournal
 from kaizen_server_extension.logs import log_context
+from kaizen_server_extension.models.profiles import FULL, PromptProfile
 from kaizen_server_extension.notebooks.context import notebook_context
 from kaizen_server_extension.notebooks.document import DEFAULT_CONTEXT_CHARS
 from kaizen_server_extension.policy.synthesis import SYNTHESIS
@@ -42,6 +48,7 @@ from kaizen_server_extension.protocol.model import (
     StepSnapshot,
 )
 from kaizen_server_extension.protocol.tools import Capability
+from kaizen_server_extension.resources import AdmittedResources
 from kaizen_server_extension.runtime.port import Budgets, CorrectionRule, ResumePoint, RunManifest
 from kaizen_server_extension.runtime.registry import (
     CONTROLLERS,
@@ -67,6 +74,8 @@ from kaizen_server_extension.tools.manifest import STAGED_ARTIFACT_TOOLS
 log = logging.getLogger("kaizen.lanes")
 
 LEASE = timedelta(seconds=30)
+#: The tool that reads a turn's attached files (docs/run_code.md, "Shared resources").
+RUN_CODE_TOOL = "run_code"
 RECOVERY_INTERVAL_S = 10.0
 #: How often the database is asked whose holders are gone, when it can tell (PostgreSQL).
 LIVENESS_INTERVAL_S = 1.0
@@ -89,7 +98,8 @@ class ToolBackend(Protocol):
     """The tool side of admission and execution, as the lane sees it."""
 
     def freeze(self, *, agent: AgentRecord, conversation: ConversationRecord, member: str,
-               request_text: str) -> FrozenTools: ...
+               request_text: str, profile: PromptProfile = FULL,
+               earned: Sequence[str] = ()) -> FrozenTools: ...
 
     def caller(self, *, bundle: AuthorityBundle, tools: FrozenTools,
                cancelled: asyncio.Event) -> ToolCaller: ...
@@ -107,6 +117,8 @@ class LaneConfig:
     default_model: str
     daily_tokens: int = 0  # LLM_PER_USER_DAILY_TOKENS; 0 = unlimited
     notebook_context_chars: int = DEFAULT_CONTEXT_CHARS  # KAIZEN_NOTEBOOK_CONTEXT_CHARS
+    #: The model provider's prompt profile (its context budget, models/profiles.py).
+    prompt_profile: PromptProfile = FULL
 
 
 class LaneService:
@@ -287,11 +299,9 @@ class LaneService:
                       "setup` for the embedded model, then send the message again."})
             return
 
-        tools = self._tools.freeze(agent=agent, conversation=conversation, member=run.member,
-                                   request_text=text)
         # The attached files: a changed list is a different bundle (R-454, R-455).
         resources = await AttachmentStore(self.store).for_input(run.input_id)
-        tools = dataclasses.replace(tools, resources=resources)
+        tools = await self._freeze(run, agent, conversation, text, resources)
         admission = Admission(
             agent_version_id=agent.version_id, audience_version=conversation.audience_version,
             resource_digest=resource_digest(conversation, agent, tools.digest, resources),
@@ -305,6 +315,7 @@ class LaneService:
             "tools": [t.name for t in tools.advertised],
             "correction": correction_binding(self._config),
             "controller": DEFAULT_CONTROLLER,
+            "prompt_profile": self._config.prompt_profile.name,
             **({"posture": posture} if posture != "chat" else {})})
         if not admitted:
             return  # cancelled or recovered before admission; already settled
@@ -314,6 +325,26 @@ class LaneService:
         manifest = await self._manifest(run, bundle, agent, conversation, tools)
 
         await self._drive_turn(run, bundle, tools, manifest, model, gateway, cancelled)
+
+    async def _freeze(self, run: RunRecord, agent: AgentRecord,
+                      conversation: ConversationRecord, text: str,
+                      resources: AdmittedResources) -> FrozenTools:
+        """The run's frozen tools under the model's prompt profile. A profile with a context
+        budget defers what the turn does not name; what its own context names is earned onto
+        the first step: attached files (only run_code reads them) and an unfinished artifact
+        version (update_artifact completes it, R-299), so the prompt never names a tool the
+        catalog hides (R-300)."""
+        profile = self._config.prompt_profile
+        earned: list[str] = []
+        if profile.defers_tools:
+            if resources:
+                earned.append(RUN_CODE_TOOL)
+            roster = await load_artifact_roster(self.store, run.member, run.conversation_id)
+            if any(entry.unfinished for entry in roster.entries):
+                earned.append(COMPLETE_TOOL)
+        tools = self._tools.freeze(agent=agent, conversation=conversation, member=run.member,
+                                   request_text=text, profile=profile, earned=tuple(earned))
+        return dataclasses.replace(tools, resources=resources)
 
     async def _manifest(self, run: RunRecord, bundle: AuthorityBundle, agent: AgentRecord,
                         conversation: ConversationRecord, tools: FrozenTools) -> RunManifest:
@@ -328,7 +359,8 @@ class LaneService:
             bundle=bundle,
             context=build_context(agent.persona, history, current_input_id=run.input_id,
                                   shared=conversation.shared, roster=roster,
-                                  attachments=attached),
+                                  attachments=attached,
+                                  compact=self._config.prompt_profile.compact_prompt),
             catalog=tools.advertised,
             catalog_digest=tools.digest,
             budgets=self._config.budgets,
@@ -369,6 +401,7 @@ class LaneService:
             call_tool=self._tools.caller(bundle=bundle, tools=tools, cancelled=cancelled),
             publish_live=self._publish_live, lease=self.lease,
             read_tools=tools.read_tools, withheld_arguments=tools.withheld_arguments,
+            settled=resume.results if resume is not None else (),
         )
         controller = controller_for(controller_name, host, manifest, resume=resume)
         if controller is None:  # only a recovery can name one; it checked already
@@ -469,11 +502,10 @@ class LaneService:
         conversation = await self.store.runs.conversation_of(run.conversation_id)
         agent = await self.store.agents.get_visible(conversation.agent_id, run.member)
         gateway = self._gateway()
-        tools = None if agent is None else self._tools.freeze(
-            agent=agent, conversation=conversation, member=run.member, request_text=text)
-        if tools is not None:  # the same attached files the run was admitted with
-            tools = dataclasses.replace(
-                tools, resources=await AttachmentStore(self.store).for_input(run.input_id))
+        tools = None if agent is None else await self._freeze(
+            run, agent, conversation, text,
+            # The same attached files the run was admitted with.
+            await AttachmentStore(self.store).for_input(run.input_id))
         capability = {t.name: t.capability
                       for t in (tools.advertised + tools.deferred if tools else ())}
         ambiguous = [c.name for c in journal.dangling

@@ -44,6 +44,7 @@ import jsonschema
 
 from kaizen_server_extension.models.payload import advertised_tools, to_plain_json
 from kaizen_server_extension.protocol.model import ChatMessage, StepSnapshot
+from kaizen_server_extension.protocol.model_facing import directives_in
 from kaizen_server_extension.protocol.tools import AdvertisedTool, ToolCall
 
 ANSWER_KEY = "answer"
@@ -53,6 +54,10 @@ NO_TOOL = "none"
 #: Follows each tool result in a constrained step.
 RESULT_NUDGE = ('If this result answers the request, do not call the tool again: reply with "none" '
                 "and give the answer.")
+#: Follows a tool result that carries a repair instruction (a failed run): the model should
+#: fix and call again, or tell the member plainly; the instruction itself is model-facing.
+FAILED_RESULT_NUDGE = ("This call failed. Fix the cause and call the tool again, or reply with "
+                       '"none" and tell the member in your own words what failed and why.')
 #: Appended after a ``none`` decision: the model then writes the answer string freely.
 ANSWER_OPENER = ', "answer": "'
 
@@ -247,7 +252,14 @@ def render_messages(snapshot: StepSnapshot, *, constrained: bool) -> list[dict[s
     ``{"tool": "none", "answer": ...}`` so the history teaches the format it is held to."""
     tools = advertised_tools(snapshot)
     messages: list[dict[str, str]] = []
+    arguments: dict[str, Any] = {}
     for message in snapshot.messages:
+        for call in message.tool_calls:
+            arguments[call.call_id] = _arguments(call.arguments)
+        if message.role == "tool":
+            message = ChatMessage(role="tool", content=compact_result(
+                message.content, arguments.get(message.tool_call_id or "")),
+                tool_call_id=message.tool_call_id, name=message.name)
         messages.append(_render(message, constrained=constrained))
     protocol = protocol_prompt(tools, required_tool=snapshot.required_tool) if constrained \
         else ""
@@ -260,12 +272,33 @@ def render_messages(snapshot: StepSnapshot, *, constrained: bool) -> list[dict[s
     return messages
 
 
+def compact_result(content: str, arguments: Any = None) -> str:
+    """A tool result as a small local model reads it: a JSON object without its empty
+    members (``""``, ``[]``, ``{}``, null, false) and without members that only repeat the
+    call's own arguments (run_code's ``code``). Every prompt token costs a CPU model time;
+    these carry nothing. Anything else is passed as it is."""
+    try:
+        body = json.loads(content)
+    except ValueError:
+        return content
+    if not isinstance(body, dict):
+        return content
+    given = arguments if isinstance(arguments, Mapping) else {}
+    kept = {key: value for key, value in body.items()
+            if value not in ("", [], {}, None, False)
+            and not (key in given and given[key] == value)}
+    if len(kept) == len(body):
+        return content
+    return json.dumps(kept, ensure_ascii=False, separators=(",", ":"))
+
+
 def _render(message: ChatMessage, *, constrained: bool) -> dict[str, str]:
     if message.role == "tool":
         content = f"Result of the tool `{message.name or 'tool'}`:\n{message.content}"
         if constrained:
             # Without this a small model calls the same tool again, result after result.
-            content += "\n\n" + RESULT_NUDGE
+            failed = bool(directives_in(message.content))
+            content += "\n\n" + (FAILED_RESULT_NUDGE if failed else RESULT_NUDGE)
         return {"role": "user", "content": content}
     if message.role == "assistant" and message.tool_calls:
         calls = [json.dumps({TOOL_KEY: c.name, ARGUMENTS_KEY: _arguments(c.arguments)},

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kaizen_server_extension.models.profiles import FULL, PromptProfile
 from kaizen_server_extension.protocol.model import StepEvent, StepSnapshot
 
 PROVIDER_SETTING = "KAIZEN_MODEL_PROVIDER"
@@ -66,6 +67,9 @@ class ModelProvider:
     create: Callable[[ProviderSettings], ProvidedGateway | None]
     description: str = ""
     fixed_model: str | None = None
+    #: How much context its models get: ``FULL`` (every tool direct), or a budget such as
+    #: ``COMPACT`` for small local models (models/profiles.py).
+    prompt_profile: PromptProfile = FULL
 
 
 class ProviderRegistrationError(Exception):
@@ -98,6 +102,9 @@ class ModelProviderRegistry:
             raise ProviderRegistrationError(
                 f"plugin {owner!r} registered a model provider named {item.name!r}; names "
                 f"must match {PROVIDER_NAME_RE.pattern}")
+        if not isinstance(item.prompt_profile, PromptProfile):
+            raise ProviderRegistrationError(
+                f"model provider {item.name!r} (plugin {owner!r}) has no PromptProfile")
         if not callable(item.create):
             raise ProviderRegistrationError(
                 f"model provider {item.name!r} (plugin {owner!r}) has no callable factory")

@@ -162,6 +162,10 @@ class ToolCallResult:
     # Set when the call was refused before anything ran because its protocol was not
     # callable on that step; journaled as ``denied`` on ``tool.settled``.
     denied: ProtocolFailure | None = None
+    # Text in the body addressed to the model (a repair instruction), lifted out by the
+    # backend when the call settled: never publishable as the member's answer
+    # (``protocol/model_facing.py``).
+    model_facing: tuple[str, ...] = ()
 
     @property
     def failed(self) -> bool:

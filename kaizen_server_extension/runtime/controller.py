@@ -91,6 +91,14 @@ from kaizen_server_extension.protocol.model import (
     ThinkingDelta,
     ToolCallEmitted,
 )
+from kaizen_server_extension.protocol.model_facing import (
+    ECHO_REASON,
+    ECHO_REMINDER,
+    ECHO_RULE_ID,
+    MAX_ECHO_RESTEPS,
+    directives_in,
+    echoes,
+)
 from kaizen_server_extension.protocol.tools import (
     STAGED_PROTOCOL_GROUP,
     STAGED_PROTOCOL_OPERATIONS,
@@ -147,6 +155,7 @@ class _Attempt:
     calls: list[ToolCall] = field(default_factory=list)
     committed: bool = False  # answer text reached the member: no automatic retry (R-013)
     matched: CorrectionRule | None = None
+    buffered: bool = False  # held until the whole response passed (corrections, echoes)
 
     @property
     def answer(self) -> str:
@@ -166,6 +175,8 @@ class _Sample:
     text: str = ""
     calls: tuple[ToolCall, ...] = ()
     corrected_by: CorrectionRule | None = None
+    # The reply repeated model-facing text and held no call: it is never committed.
+    echoed: bool = False
 
 
 class TurnController:
@@ -207,6 +218,10 @@ class TurnController:
         self._rounds = 0
         self._staged_rounds = 0
         self._corrections = 0
+        self._echoes = 0
+        # Text addressed to the model in this run (tool-result directives, the instructions
+        # appended here): an answer that repeats it is never committed (model_facing.py).
+        self._directives: list[str] = []
         self._searches = 0
         self._granted = False
         self._started = False
@@ -235,13 +250,28 @@ class TurnController:
         self._rounds = max(0, point.rounds_used - self._staged_rounds)
         self._corrections = point.corrections_used
         self._results = list(point.results)
+        for message in point.messages:
+            if message.role == "system":
+                self._directives.append(message.content)
         for result in point.results:
+            self._note_directives(result)
             if result.name == TOOL_SEARCH:
                 self._searches += 1
             elif not result.failed:
                 self._searches = 0
         if point.required_attempted:
             self._required = None
+
+    def _note_directives(self, result: ToolCallResult) -> None:
+        for text in (*result.model_facing, *directives_in(result.content)):
+            if text not in self._directives:
+                self._directives.append(text)
+
+    def _instruct(self, text: str) -> None:
+        """Append a server-authored instruction; it is model-facing text from now on."""
+        self._transcript.add_instruction(text)
+        if text not in self._directives:
+            self._directives.append(text)
 
     def _reveal(self, names: Sequence[str]) -> None:
         """Advertise deferred tools the backend revealed, from the next step on (R-297).
@@ -298,6 +328,9 @@ class TurnController:
             if sample.corrected_by is not None:
                 await self._correct(sample.step, sample.corrected_by)
                 continue
+            if sample.echoed:
+                await self._reject_echo(sample.step)
+                continue
             await self._stop_on_unoffered_staged(sample, tools)
             if required is not None and all(c.name != required for c in sample.calls):
                 self._hold_for_required(sample.calls, required)
@@ -338,12 +371,17 @@ class TurnController:
             instruction = texts.without_evidence_after_failure
         else:
             instruction = texts.without_evidence
+        if instruction not in self._directives:
+            self._directives.append(instruction)
         while True:
             snapshot = self._transcript.snapshot(self._next_step(), (), instruction=instruction)
             sample = await self._sample(snapshot, publish_text=True, synthesis=True)
             if sample.corrected_by is not None:
                 await self._correct(sample.step, sample.corrected_by)
                 continue
+            if sample.echoed:
+                # The grant is not repeated: say plainly what failed instead.
+                return self._failed(ECHO_REASON)
             if sample.text.strip():
                 return await self._commit(sample)
             if sample.calls:
@@ -370,7 +408,21 @@ class TurnController:
             "correction.applied",
             {"step": step, "rule_id": rule.id, "attempt": self._corrections},
         )
-        self._transcript.add_instruction(rule.reminder)
+        self._instruct(rule.reminder)
+
+    async def _reject_echo(self, step: int) -> None:
+        """The reply repeated model-facing text (a repair instruction) as its answer: it is
+        discarded unseen. The step is asked again once, with a reminder, at the cost of a
+        round; after that the turn ends saying plainly what failed and why (R-022, R-023)."""
+        self._rounds += 1
+        if self._echoes >= MAX_ECHO_RESTEPS:
+            raise _Stop(self._failed(ECHO_REASON))
+        self._echoes += 1
+        await self._publish(
+            "correction.applied",
+            {"step": step, "rule_id": ECHO_RULE_ID, "attempt": self._echoes},
+        )
+        self._instruct(ECHO_REMINDER)
 
     async def _stop_on_unoffered_staged(
         self, sample: _Sample, offered: Sequence[AdvertisedTool]
@@ -416,9 +468,12 @@ class TurnController:
             self._transcript.add_assistant("", calls)
             for call in calls:
                 self._transcript.add_tool_result(call, HELD_CALL.format(tool=required))
-        self._transcript.add_instruction(REQUIRED_NUDGE.format(tool=required))
+            self._directives.append(HELD_CALL.format(tool=required))
+        self._instruct(REQUIRED_NUDGE.format(tool=required))
 
     async def _commit(self, sample: _Sample) -> TerminalOutcome:
+        if echoes(sample.text, self._directives):  # never reached through _sample; kept tight
+            return self._failed(ECHO_REASON)
         await self._publish(
             "answer.committed",
             {
@@ -468,6 +523,12 @@ class TurnController:
                 if attempt.matched is not None:
                     return _Sample(snapshot.step, corrected_by=attempt.matched)
                 if not attempt.empty:
+                    if attempt.answer.strip() and echoes(attempt.answer, self._directives):
+                        # Model-facing text is never shown: a reply with calls keeps them
+                        # without its text; an answer alone is rejected.
+                        if not attempt.calls:
+                            return _Sample(snapshot.step, echoed=True)
+                        attempt.text = []
                     await self._release(snapshot.step, attempt, publish_text=publish_text)
                     return _Sample(snapshot.step, attempt.answer, tuple(attempt.calls))
                 if retries >= self._max_retries:
@@ -482,8 +543,11 @@ class TurnController:
     async def _stream(
         self, snapshot: StepSnapshot, attempt: _Attempt, *, publish_text: bool
     ) -> None:
-        buffered = bool(self._matcher)  # correction rules: hold everything until it passes
-        scanner = self._matcher.scanner() if buffered else None
+        # Correction rules, or model-facing text in the transcript: hold everything until the
+        # whole response passed (R-015).
+        buffered = bool(self._matcher) or bool(self._directives)
+        attempt.buffered = buffered
+        scanner = self._matcher.scanner() if self._matcher else None
         self._touch()
         stream = self._port.model_step(self._bundle, snapshot)
         try:
@@ -523,7 +587,7 @@ class TurnController:
 
     async def _release(self, step: int, attempt: _Attempt, *, publish_text: bool) -> None:
         """A buffered response passed its correction rules: show it now (R-015)."""
-        if not self._matcher:
+        if not attempt.buffered:
             return
         for text in attempt.thinking:
             await self._publish("thinking.delta", {"step": step, "text": text})
@@ -610,6 +674,7 @@ class TurnController:
                 )
                 self._touch()
                 self._results.append(result)
+                self._note_directives(result)
                 self._reveal(result.reveals)
                 closing = closing or result.closes_turn
                 return result

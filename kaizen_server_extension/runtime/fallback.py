@@ -10,8 +10,10 @@ drops the suggestion.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
+from kaizen_server_extension.protocol.model_facing import ECHO_REASON
 from kaizen_server_extension.protocol.tools import Capability, ToolCallResult
 
 _EFFECTFUL = frozenset({Capability.WRITE, Capability.SENSITIVE, Capability.UNDECLARED})
@@ -47,6 +49,44 @@ _MESSAGES: dict[str, str] = {
     "authority_rejected": "This turn was stopped because its authorization no longer holds.",
 }
 _DEFAULT = "Something went wrong and this turn ended without an answer."
+#: How much of a failed call's own error text the plain statement quotes.
+MAX_QUOTED_ERROR = 300
+
+
+def failure_statement(results: Iterable[ToolCallResult]) -> str:
+    """A plain, member-facing sentence on the last failed call of the run: which tool
+    failed and, when its result names one, the error (run_code's ``error.name: value``).
+    Used in place of an answer that could only have repeated model-facing text."""
+    failed = [r for r in results if r.failed]
+    if not failed:
+        return "I couldn't write an answer for this request, so it was not completed."
+    last = failed[-1]
+    what = _error_of(last.content)
+    subject = "The code I ran" if last.name == "run_code" else f"The {last.name} call"
+    if what:
+        return f"{subject} failed with {what}, so I could not complete this request."
+    return f"{subject} failed, so I could not complete this request."
+
+
+def _error_of(content: str) -> str:
+    try:
+        body = json.loads(content)
+    except (ValueError, RecursionError):
+        return ""
+    if not isinstance(body, dict):
+        return ""
+    error = body.get("error")
+    if isinstance(error, dict) and isinstance(error.get("name"), str):
+        value = str(error.get("value") or "").strip().splitlines()
+        text = error["name"] + (f": {value[0]}" if value else "")
+    elif body.get("status") in ("timeout", "restarted"):
+        text = "the time limit"
+    elif isinstance(body.get("message"), str):
+        text = body["message"].strip()
+    else:
+        return ""
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_QUOTED_ERROR else text[:MAX_QUOTED_ERROR] + "…"
 
 
 def suggests_activity_check(results: Iterable[ToolCallResult]) -> bool:
@@ -65,7 +105,10 @@ def fallback_message(reason: str, results: Iterable[ToolCallResult]) -> str:
     """The sentence(s) a member sees for a turn that settled without an answer; a failed
     call's operator reference ends it, so the member can quote it to an operator (R-362)."""
     results = tuple(results)
-    text = _MESSAGES.get(reason, _DEFAULT)
+    if reason == ECHO_REASON:
+        text = failure_statement(results)
+    else:
+        text = _MESSAGES.get(reason, _DEFAULT)
     if suggests_activity_check(results):
         text = f"{text} {CHECK_ACTIVITY}"
     references = [r.reference for r in results if r.failed and r.reference]

@@ -21,7 +21,7 @@ import json
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -115,8 +115,18 @@ def freeze_catalog(
     roster_is_only_initiator: bool,
     discovery_enabled: bool,
     member_request: str = "",
+    direct: Collection[str] | None = None,
+    earned: Sequence[str] = (),
+    description_chars: int | None = None,
 ) -> FrozenCatalog:
     """Apply the filters above and freeze the result.
+
+    ``direct`` is a prompt profile's context budget (``models/profiles.py``): when given,
+    discovery is on whatever ``discovery_enabled`` says, and the first step advertises only
+    ``tool_search``, the ``direct`` tools, the ``earned`` ones (what the turn's own context
+    names: attached files earn run_code, an unfinished artifact version update_artifact,
+    R-299) and the request's slot (R-298); every other authorized tool is deferred. A protocol
+    enters whole (R-301). ``description_chars`` bounds each projected description.
 
     ``agent_ceiling`` is the agent's tool list; ``None`` means the agent declares none and is
     bounded only by what is registered, except ``explicit_grant_only`` tools, which need an
@@ -131,7 +141,7 @@ def freeze_catalog(
 
     def granted(d: ToolDescriptor) -> bool:
         if d.name == TOOL_SEARCH_NAME:
-            return discovery_enabled
+            return discovery_enabled or direct is not None
         if agent_ceiling is None:
             return not d.explicit_grant_only
         return d.name in agent_ceiling
@@ -151,9 +161,12 @@ def freeze_catalog(
         key=lambda d: d.name,
     )
 
-    use_discovery = discovery_enabled and any(d.name == TOOL_SEARCH_NAME for d in final)
-    deferred = tuple(d.name for d in final if use_discovery and _deferrable(d))
-    projected = {d.name: project(d) for d in final}
+    use_discovery = (discovery_enabled or direct is not None) and any(
+        d.name == TOOL_SEARCH_NAME for d in final)
+    budgeted = direct is not None and use_discovery
+    deferred = tuple(d.name for d in final if use_discovery and (
+        d.name != TOOL_SEARCH_NAME if budgeted else _deferrable(d)))
+    projected = {d.name: project(d, description_chars=description_chars) for d in final}
     advertised = tuple(projected[d.name] for d in final if d.name not in deferred)
     frozen_descriptors = MappingProxyType({d.name: d for d in final})
 
@@ -168,6 +181,11 @@ def freeze_catalog(
     slot = first_step_slot(member_request, draft)
     required = required_tool_from_request(member_request, draft)
     first = {a.name for a in advertised} | set(slot)
+    if budgeted:
+        assert direct is not None
+        for name in (*((required,) if required else ()), *earned, *direct):
+            if name in draft.descriptors:
+                first.update(draft.protocol_of(name))
     return dataclasses.replace(
         draft, first_step=draft.advertised_for(first), required_tool=required
     )
@@ -198,12 +216,30 @@ def deep_freeze_descriptor(d: ToolDescriptor) -> ToolDescriptor:
     )
 
 
-def project(d: ToolDescriptor) -> AdvertisedTool:
+def project(d: ToolDescriptor, *, description_chars: int | None = None) -> AdvertisedTool:
     """The model-facing projection of one descriptor (the one projection point, R-335)."""
     parameters = deep_freeze(project_schema(d.input_schema))
+    description = d.description if description_chars is None \
+        else shortened(d.description, description_chars)
     return AdvertisedTool(
-        name=d.name, description=d.description, parameters=parameters, capability=d.capability
+        name=d.name, description=description, parameters=parameters, capability=d.capability
     )
+
+
+_SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
+
+
+def shortened(text: str, limit: int) -> str:
+    """``text``'s first paragraph, cut after the last sentence that ends within ``limit``
+    characters (at a word, with an ellipsis, when not even one does)."""
+    first = text.strip().split("\n\n", 1)[0].strip()
+    if len(first) <= limit:
+        return first
+    ends = [m.end() for m in _SENTENCE_END.finditer(first, 0, limit)]
+    if ends:
+        return first[:ends[-1]]
+    return first[:limit].rsplit(" ", 1)[0] + "…"
+
 
 
 def catalog_digest(

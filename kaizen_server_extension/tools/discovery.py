@@ -131,6 +131,12 @@ def search_tools(catalog: FrozenCatalog, query: str, *, limit: int = MAX_MATCHES
             entry["parameters"] = advertised.parameters
             newly.append(name)
         matches.append(entry)
+    # A protocol becomes callable whole or not at all: a deferred match brings the
+    # other members of its group with it.
+    for name in list(newly):
+        for member in catalog.protocol_of(name):
+            if member not in direct and member not in newly:
+                newly.append(member)
     return {"view": "tools", "matches": matches, "newly_callable": newly}
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from kaizen_server_extension.policy.errors import PolicyDenied
 from kaizen_server_extension.policy.redaction import redact_text
+from kaizen_server_extension.protocol.model_facing import directives_in
 from kaizen_server_extension.protocol.tools import (
     Capability,
     FailureDomain,
@@ -104,6 +105,8 @@ def classify(request: ToolCallRequest, descriptor: ToolDescriptor, body: object,
     # So does the rich output the tool moved to the chat canvas; the host materializes it
     # or drops it, and withdraws the payload's on-screen markers when it does.
     canvas = body.canvas if isinstance(body, TrustedBody) else ()
+    # Text the body addresses to the model is marked as such, for the publication guard.
+    directives = directives_in(body)
     if details is None:
         return Settlement(
             ToolCallResult(call_id=request.call_id, name=request.name,
@@ -111,14 +114,15 @@ def classify(request: ToolCallRequest, descriptor: ToolDescriptor, body: object,
                            capability=descriptor.capability,
                            evidence=has_substance(body),
                            may_have_effect=effect, delegated=delegates(descriptor),
-                           files=files, canvas=canvas),
+                           files=files, canvas=canvas, model_facing=directives),
             raw=body, remember=True,
         )
     failed = error(request, descriptor, content, details.domain, raw=body,
                          reason_code=details.reason_code, exit_status=details.exit_status)
-    if not (files or canvas):
+    if not (files or canvas or directives):
         return failed
-    return replace(failed, result=replace(failed.result, files=files, canvas=canvas))
+    return replace(failed, result=replace(failed.result, files=files, canvas=canvas,
+                                          model_facing=directives))
 
 
 def error(

@@ -23,12 +23,16 @@ from kaizen_server_extension.tools.hookspecs import ToolRegistrar
 # Above the sandbox's own wall-time cap (SANDBOX_MAX_WALL_SECONDS, at most 240 s) plus the
 # interrupt-then-restart grace, so the sandbox, not the pipeline, reports a slow program.
 RUN_CODE_TIMEOUT_S = 240
+#: Leads the description, so a budgeted prompt keeps it: small models otherwise end a script
+#: with a top-level ``return`` and get a SyntaxError instead of the value.
+PRINT_RESULTS = ("Run a program and read what it prints: print() every value you need (a "
+                 "top-level return is a SyntaxError).")
 
 
 @tool(
     name="run_code",
     # The native-office idioms are their own paragraph (tested against the real libraries).
-    description=f"{DESCRIPTION}\n\n{OFFICE_IDIOMS}",
+    description=f"{PRINT_RESULTS} {DESCRIPTION}\n\n{OFFICE_IDIOMS}",
     input_schema=INPUT_SCHEMA,
     timeout_s=RUN_CODE_TIMEOUT_S,
     **SANDBOX_TOOL,

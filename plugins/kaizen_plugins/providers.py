@@ -16,6 +16,7 @@ from kaizen_server_extension.models.local import (
     LocalModelGateway,
     local_gateway_from_env,
 )
+from kaizen_server_extension.models.profiles import COMPACT
 from kaizen_server_extension.models.providers import (
     LOCAL,
     OPENAI_COMPATIBLE,
@@ -54,7 +55,9 @@ OPENAI_COMPATIBLE_PROVIDER = ModelProvider(
 LOCAL_PROVIDER = ModelProvider(
     name=LOCAL, create=local_gateway,
     description="The embedded local GGUF model, run in the server process (llama-cpp).",
-    fixed_model=LOCAL_MODEL_NAME)
+    fixed_model=LOCAL_MODEL_NAME,
+    # A 0.5B model on a laptop CPU: a small prompt is what makes a turn usable.
+    prompt_profile=COMPACT)
 
 
 @hookimpl

@@ -12,6 +12,7 @@ then a missing model fails (CI sets it after provisioning; see ``kaizen-local-mo
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -171,3 +172,47 @@ def test_a_plain_question_is_answered_without_a_tool(local_server: ServerProcess
     result = _turn(local_server, "What is the capital of France? Answer in one sentence.",
                    check)
     assert result["run"]["tool_calls"] == 0
+
+
+# --- issue 13: the analyst's first question, with the embedded model ------------------------
+
+DATA_ROWS = [(1, 1234), (2, 5678), (3, 91011), (4, 1213), (5, 40404)]
+DATA_SUM = str(sum(b for _, b in DATA_ROWS))  # 139540
+
+
+@pytest.mark.rule("R-023")
+def test_a_csv_question_gets_the_right_sum_or_a_plain_failure_never_the_repair_text(
+    local_server: ServerProcess,
+) -> None:
+    """An attached CSV, pandas in run_code, and the sum in the answer; or, when the code
+    could not do it, a plain statement that it failed. Never run_code's repair instruction
+    (ModuleNotFoundError and friends are addressed to the model) as what the member reads."""
+    from kaizen_server_extension.protocol.model_facing import echoes
+
+    root = local_server.log_path.parent
+    (root / "data.csv").write_text("a,b\n" + "".join(f"{a},{b}\n" for a, b in DATA_ROWS))
+    with local_server.client("alice") as alice:
+        room = _room(alice)
+        attached = alice.post("jupyter-files", json={"path": "data.csv"})
+        assert attached.status_code in (200, 201), attached.text
+        accepted = _send(alice, room, "Load data.csv with pandas and tell me the sum of "
+                         "column b.", attachments=[attached.json()["artifact"]["id"]])
+        run = _settled(alice, accepted["run_id"], timeout=TURN_TIMEOUT_S)
+        events = _events(alice, room, accepted["run_id"])
+    answer = _answer(events)
+    message = " ".join(str(e["data"].get("message", "")) for e in events
+                       if e["type"] == "run.terminal")
+    directives = [str(json.loads(c["content"]).get("repair_instruction", ""))
+                  for c in _settled_calls(events)
+                  if c["name"] == "run_code" and str(c["content"]).startswith("{")]
+    said = f"{answer} {message}"
+    assert "Fix the code" not in said and not echoes(said, [d for d in directives if d]), \
+        f"the member was handed a repair instruction: {said!r}; journal={_journal(events)}"
+    if DATA_SUM in _digits(answer):
+        assert run["status"] == "completed"
+        return
+    failed_code = [c for c in _settled_calls(events)
+                   if c["name"] == "run_code" and c["outcome"] != "ok"]
+    assert failed_code or run["status"] != "completed", (
+        f"the code ran but the answer lacks the sum: {answer!r}; journal={_journal(events)}")
+    assert said.strip(), "a failed turn must say so plainly"

@@ -236,3 +236,28 @@ def test_any_answer_split_anywhere_decodes_to_itself(text: str, cuts: list[int])
     pieces.append(raw[i:])
     out, reply = _feed_all(pieces)
     assert "".join(out) == text == reply.answer
+
+
+def test_a_tool_result_is_shown_without_empty_members_or_the_calls_own_arguments() -> None:
+    """Prompt tokens are what a CPU model pays for: a result keeps what it says."""
+    body = {"status": "ok", "code": "print(42)", "stdout": "42\n", "stderr": "",
+            "outputs": [], "truncated": False, "duration_ms": 12,
+            "repair_instruction": None}
+    history = (
+        ChatMessage("assistant", "", (ToolCall("c1", "run_code", '{"code": "print(42)"}'),)),
+        ChatMessage("tool", json.dumps(body), tool_call_id="c1", name="run_code"),
+    )
+    messages = render_messages(snapshot_for("q", history=history), constrained=True)
+    shown = messages[3]["content"].split("\n", 1)[1].split("\n\n", 1)[0]
+    assert json.loads(shown) == {"status": "ok", "stdout": "42\n", "duration_ms": 12}
+
+
+def test_a_failed_result_asks_to_fix_or_say_plainly_what_failed() -> None:
+    body = {"status": "error", "repair_instruction": "The run failed with X. Fix the code."}
+    history = (
+        ChatMessage("assistant", "", (ToolCall("c1", "run_code", '{"code": "x"}'),)),
+        ChatMessage("tool", json.dumps(body), tool_call_id="c1", name="run_code"),
+    )
+    messages = render_messages(snapshot_for("q", history=history), constrained=True)
+    assert "This call failed." in messages[3]["content"]
+    assert "do not call the tool again" not in messages[3]["content"]

@@ -1,11 +1,15 @@
-"""A third-party model provider as an operator would load it (KAIZEN_PLUGINS): a gateway that
-answers every step by echoing the member's last message, registered through the same
-``kaizen_register_model_providers`` hook as the built-in providers."""
+"""Third-party model providers as an operator would load them (KAIZEN_PLUGINS), registered
+through the same ``kaizen_register_model_providers`` hook as the built-in providers: a gateway
+that answers every step by echoing the member's last message, and an OpenAI-compatible one
+under the compact prompt profile."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+from kaizen_server_extension.models.client import ModelGateway
+from kaizen_server_extension.models.config import GatewayConfig
+from kaizen_server_extension.models.profiles import COMPACT
 from kaizen_server_extension.models.providers import ModelProvider, ProviderSettings
 from kaizen_server_extension.protocol.model import (
     StepEvent,
@@ -18,6 +22,9 @@ from kaizen_server_extension.tools import hookimpl
 from kaizen_server_extension.tools.hookspecs import Registrar
 
 ECHO_PROVIDER = "echo-test"
+#: An OpenAI-compatible endpoint (the fake model server in tests) under the compact prompt
+#: profile the embedded local model uses, so the profile's admission is testable over HTTP.
+COMPACT_PROVIDER = "compact-openai-test"
 
 
 class EchoGateway:
@@ -39,3 +46,8 @@ class EchoGateway:
 def kaizen_register_model_providers(register: Registrar) -> None:
     register(ModelProvider(name=ECHO_PROVIDER, create=EchoGateway,
                            description="Echoes the member's message (tests)."))
+    register(ModelProvider(
+        name=COMPACT_PROVIDER, prompt_profile=COMPACT,
+        create=lambda settings: ModelGateway(GatewayConfig(
+            base_url=settings.base_url, model=settings.model or "fake")),
+        description="An OpenAI-compatible endpoint with the compact prompt profile (tests)."))
