@@ -84,7 +84,12 @@ class LocalModelConfig:
     #: stalls them all. Measured on a loaded 2-core machine: 2 threads 124 s, 1 thread 12.5 s
     #: for the same 33-token prompt and 48-token answer.
     n_threads: int = field(default_factory=lambda: default_threads())
-    max_tokens: int = 1024
+    #: A step that runs away (a 0.5B model repeating itself inside a tool call's JSON) must
+    #: end well inside the turn's 120 s inactivity budget, which streamed tool-call arguments
+    #: do not reset: constrained generation runs at about 6 tokens/s on one core here, so 512
+    #: tokens is ~85 s at worst, and the turn then re-steps or says what failed. A real answer
+    #: of this model is far shorter (a run_code call is ~70 tokens). KAIZEN_LOCAL_MODEL_MAX_TOKENS.
+    max_tokens: int = 512
     temperature: float = 0.2
     top_p: float = 0.9
     top_k: int = 40
