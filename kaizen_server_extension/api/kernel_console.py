@@ -27,6 +27,9 @@ class OpenConsole(BaseModel):
     language: Literal["python", "node"] = "python"
 
 
+CONSOLE_OFF = "Opening run_code kernels as consoles is turned off on this server."
+
+
 class _KernelHandler(KaizenHandler):
     @property
     def consoles(self) -> Any:
@@ -60,6 +63,10 @@ class KernelConsoleHandler(_KernelHandler):
         body = (self.parse_body(OpenConsole) if (self.request.body or b"").strip()
                 else OpenConsole())
         await self._visible(conversation_id)
+        # Turned off is known from the settings, also before the kernels have started (the
+        # server answers requests while run_code starts in the background).
+        if not self.kaizen.settings.KAIZEN_KERNEL_CONSOLE:
+            raise Forbidden(CONSOLE_OFF, code="console_disabled")
         consoles = self.consoles
         if consoles is None:
             raise Conflict("Code execution is not available on this server.",
@@ -72,8 +79,7 @@ class KernelConsoleHandler(_KernelHandler):
         try:
             console = await consoles.open(self.member, conversation_id, body.language)
         except ConsoleDisabled:
-            raise Forbidden("Opening run_code kernels as consoles is turned off on this "
-                            "server.", code="console_disabled") from None
+            raise Forbidden(CONSOLE_OFF, code="console_disabled") from None
         except ConsoleUnavailable:
             raise Conflict("This Jupyter server cannot open run_code kernels as consoles "
                            "(its kernels run elsewhere).", code="console_unavailable") from None
