@@ -145,6 +145,9 @@ def task_routes(prefix: str) -> list[tuple[str, type[web.RequestHandler]]]:
 
 def tasks_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
     """(paths, component schemas) for ``api/openapi.py``."""
+    # Imported here: openapi.py imports this module's routes' documents when it builds.
+    from kaizen_server_extension.api.openapi import _model_schemas
+
     error = {"$ref": "#/components/schemas/Error"}
     task = {"$ref": "#/components/schemas/Task"}
     firing = {"$ref": "#/components/schemas/TaskFiring"}
@@ -231,15 +234,7 @@ def tasks_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
                 "error": {"type": ["string", "null"]},
                 "conversation_id": {"type": ["string", "null"]},
                 "created_at": {"type": "string", "format": "date-time"}}},
-        **_schemas(CreateTask, UpdateTask, RunTask),
+        **_model_schemas(CreateTask, UpdateTask, RunTask),
     }
     return paths, components
 
-
-def _schemas(*models: type[BaseModel]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for model in models:
-        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-        out.update(schema.pop("$defs", {}))
-        out[model.__name__] = schema
-    return out
