@@ -26,6 +26,7 @@ action is refused; it never falls back to what was true at firing time (R-056, R
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from dataclasses import dataclass
@@ -400,7 +401,7 @@ class TaskStore:
                     m.TaskFiring.id == firing.id, m.TaskFiring.run_id.is_(None))
                     .values(error=error))
             log.warning("task %s could not fire: its owner left the room", firing.task_id)
-            return FiringRecord(**{**_as_dict(firing), "error": error})
+            return dataclasses.replace(firing, error=error)
         async with self.store.transaction() as tx:
             await tx.session.execute(update(m.TaskFiring).where(
                 m.TaskFiring.id == firing.id, m.TaskFiring.run_id.is_(None))
@@ -409,9 +410,8 @@ class TaskStore:
                 "task_id": task.id, "firing_id": firing.id, "kind": firing.kind,
                 "posture": firing.posture}, conversation_id=task.conversation_id,
                 run_id=accepted.run_id)
-        return FiringRecord(**{**_as_dict(firing), "run_id": accepted.run_id,
-                               "run_status": "queued",
-                               "conversation_id": task.conversation_id})
+        return dataclasses.replace(firing, run_id=accepted.run_id, run_status="queued",
+                                   conversation_id=task.conversation_id)
 
     async def unfinished_firings(self, now: datetime | None = None) -> list[FiringRecord]:
         """Firings whose writer crashed before their input was accepted."""
@@ -459,6 +459,3 @@ class TaskStore:
             return None
         return TaskAuthority(str(task_id), str(owner), str(posture), int(fired_version))
 
-
-def _as_dict(firing: FiringRecord) -> dict[str, Any]:
-    return {name: getattr(firing, name) for name in FiringRecord.__slots__}
