@@ -389,23 +389,27 @@ async function kernelConsole(page) {
   await consolePanel.waitFor({ timeout: TIMEOUT });
   const prompt = consolePanel.locator('.jp-CodeConsole-promptCell .cm-content');
   await prompt.waitFor({ timeout: TIMEOUT });
-  // The console's session joined the kernel (the kernel status shows idle).
+  // The console's session joined the kernel: its banner holds the kernel's own kernel_info
+  // banner. Waiting only for "not No Kernel" raced JupyterLab: on the kernel change the console
+  // clears its cells, so a line run before that vanished with its output.
   await page.waitForFunction(
-    () => {
-      const panel = document.querySelector('.jp-ConsolePanel');
-      return !!panel && !panel.querySelector('.jp-CodeConsole-banner')?.textContent?.includes('No Kernel');
-    },
+    () => /Python \d/.test(document.querySelector('.jp-ConsolePanel .jp-CodeConsole-banner')?.textContent ?? ''),
     null,
     { timeout: TIMEOUT }
   );
   await prompt.click();
   await page.keyboard.type('x + 1');
   await page.keyboard.press('Shift+Enter');
-  await page.waitForFunction(
-    () => [...document.querySelectorAll('.jp-ConsolePanel .jp-OutputArea-output')].some(n => n.textContent.trim() === '42'),
-    null,
-    { timeout: TIMEOUT }
-  );
+  try {
+    await page.waitForFunction(
+      () => [...document.querySelectorAll('.jp-ConsolePanel .jp-OutputArea-output')].some(n => n.textContent.trim() === '42'),
+      null,
+      { timeout: TIMEOUT }
+    );
+  } catch (error) {
+    const seen = await page.evaluate(() => document.querySelector('.jp-ConsolePanel')?.textContent ?? '(no console)');
+    throw new Error(`the console never showed 42; it shows: ${seen.slice(0, 1500)}`);
+  }
   const kernels = await (
     await fetch(`${base}api/kernels`, { headers: { Authorization: `token ${token}` } })
   ).json();
