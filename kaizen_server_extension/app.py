@@ -318,7 +318,8 @@ class KaizenApp(ExtensionApp):
         self._gateway = gateway
         scheduler = TaskScheduler(TaskStore(store), lanes.wake,
                                   interval_s=settings.KAIZEN_TASK_POLL_SECONDS)
-        tools.attach_tasks(TaskTools(TaskStore(store), lanes.wake))
+        tools.attach_tasks(TaskTools(TaskStore(store, check_prompt=tools.check_task_prompt),
+                                     lanes.wake))
         return KaizenContext(store=store, settings=settings, bus=bus, lanes=lanes, tools=tools,
                              model=model, scheduler=scheduler)
 

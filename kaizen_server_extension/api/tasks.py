@@ -22,6 +22,7 @@ from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler, whole_number
 from kaizen_server_extension.api.params import TASK_ID
+from kaizen_server_extension.context import KaizenContext
 from kaizen_server_extension.protocol.tasks import MIN_TASK_INTERVAL_S
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.tasks import (
@@ -85,6 +86,11 @@ class RunTask(BaseModel):
         min_length=1, max_length=160, pattern=r"^[A-Za-z0-9._:-]+$")] | None = None
 
 
+def checked_tasks(kaizen: KaizenContext) -> TaskStore:
+    """The task store whose saves check a prompt's step attachments (R-207)."""
+    return TaskStore(kaizen.store, check_prompt=kaizen.tools.check_task_prompt)
+
+
 class TasksHandler(KaizenHandler):
     @web.authenticated
     async def get(self) -> None:
@@ -94,7 +100,7 @@ class TasksHandler(KaizenHandler):
     @web.authenticated
     async def post(self) -> None:
         body = self.parse_body(CreateTask)
-        task = await TaskStore(self.kaizen.store).create(
+        task = await checked_tasks(self.kaizen).create(
             self.member, conversation_id=body.conversation_id, name=body.name,
             prompt=body.prompt, interval_seconds=body.interval_seconds,
             first_run_at=body.first_run_at)
@@ -112,7 +118,7 @@ class TaskHandler(KaizenHandler):
     @web.authenticated
     async def patch(self, task_id: str) -> None:
         body = self.parse_body(UpdateTask)
-        task = await TaskStore(self.kaizen.store).update(
+        task = await checked_tasks(self.kaizen).update(
             self.member, task_id, expected_version=body.version, name=body.name,
             prompt=body.prompt, interval_seconds=body.interval_seconds,
             clear_interval=body.clear_interval, status=body.status)

@@ -31,6 +31,13 @@ from kaizen_server_extension.models.profiles import FULL, PromptProfile
 from kaizen_server_extension.policy.approvals import ApprovalReceipt
 from kaizen_server_extension.policy.errors import ApprovalPending
 from kaizen_server_extension.policy.guardrails import GuardrailChain
+from kaizen_server_extension.policy.prompt_attachments import (
+    AttachmentFacts,
+    ResolvedAttachments,
+    has_tokens,
+    resolve,
+    tokens_in,
+)
 from kaizen_server_extension.policy.task_posture import TaskPostureGate
 from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.protocol.errors import MemberSafeError, RunCancelled
@@ -225,7 +232,7 @@ class PipelineToolBackend:
 
     def catalog(self, *, agent: AgentRecord, conversation: ConversationRecord, member: str,
                 request_text: str = "", profile: PromptProfile = FULL,
-                earned: Sequence[str] = ()) -> FrozenCatalog:
+                earned: Sequence[str] = (), attached: Sequence[str] = ()) -> FrozenCatalog:
         """The run's frozen catalog under the model's prompt profile (its context budget
         defers tools behind tool_search; ``earned`` are the tools the turn's context names)."""
         return freeze_catalog(
@@ -237,14 +244,16 @@ class PipelineToolBackend:
             member_request=request_text,
             direct=profile.direct_tools,
             earned=earned,
+            attached=attached,
             description_chars=profile.description_chars,
         )
 
     def freeze(self, *, agent: AgentRecord, conversation: ConversationRecord, member: str,
                request_text: str, profile: PromptProfile = FULL,
-               earned: Sequence[str] = ()) -> FrozenTools:
+               earned: Sequence[str] = (), attached: Sequence[str] = ()) -> FrozenTools:
         catalog = self.catalog(agent=agent, conversation=conversation, member=member,
-                               request_text=request_text, profile=profile, earned=earned)
+                               request_text=request_text, profile=profile, earned=earned,
+                               attached=attached)
         shown = {t.name for t in catalog.first_step}
         deferred = tuple(catalog.projected[name] for name in catalog.deferred
                          if name not in shown)
@@ -257,6 +266,36 @@ class PipelineToolBackend:
                            required_tool=catalog.required_tool, catalog=catalog,
                            deferred=deferred, withheld_arguments=withheld,
                            knowledge_scope=KnowledgeScope.from_stored(agent.knowledge_scope))
+
+    async def prompt_attachments(self, prompt: str, *, agent: AgentRecord,
+                                 conversation: ConversationRecord,
+                                 member: str) -> ResolvedAttachments:
+        """A saved prompt's step attachments resolved against what holds now: the registered
+        tools, the member's policy and this agent's catalog in this room (R-206)."""
+        if not has_tokens(prompt):
+            return ResolvedAttachments(model_text=prompt)
+        catalog = self.catalog(agent=agent, conversation=conversation, member=member)
+        registered = {d.name: d.surface for d in self._registry.descriptors()}
+        named = {t.ref.rpartition("/")[2] for t in tokens_in(prompt) if t.kind == "tool"}
+        disabled = frozenset([name for name in sorted(named & registered.keys())
+                              if not await self.permissions.allowed(member, name)])
+        return resolve(prompt, AttachmentFacts(registered=registered,
+                                               within_ceiling=frozenset(catalog.names),
+                                               disabled=disabled))
+
+    async def check_task_prompt(self, owner: str, conversation_id: str, prompt: str) -> None:
+        """Refuse (AttachmentRejected, 422) a task prompt whose attachments the task's agent
+        cannot use in its room now; a room the owner is not in is NotFound (R-207)."""
+        if not has_tokens(prompt):
+            return
+        conversation = await self._store.conversations.get_for(conversation_id, owner)
+        agent = await self._store.agents.get_visible(conversation.agent_id, owner)
+        if agent is None:
+            return  # the run itself fails as agent_unavailable; nothing to resolve against
+        resolved = await self.prompt_attachments(prompt, agent=agent,
+                                                 conversation=conversation, member=owner)
+        if not resolved.ok:
+            raise resolved.error()
 
     def caller(self, *, bundle: AuthorityBundle, tools: FrozenTools,
                cancelled: asyncio.Event) -> ToolCaller:

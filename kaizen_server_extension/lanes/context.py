@@ -8,7 +8,7 @@ reasoning (R-011).
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from kaizen_server_extension.policy.grounding import compose_system_prompt
@@ -117,12 +117,14 @@ def build_context(
     roster: str | None = None,
     attachments: str | None = None,
     compact: bool = False,
+    rewrite_current: Callable[[str], str] | None = None,
 ) -> tuple[ChatMessage, ...]:
     """The system prompt (persona, the shared grounding rules, this conversation's artifact
     roster when there is one), earlier answered exchanges, then the input this run answers,
     followed by the rendering of its attached files when there is one (attached notebooks:
     notebooks/context.py). ``compact``: the grounding rules in their short wording (a prompt
-    profile for small models, models/profiles.py)."""
+    profile for small models, models/profiles.py). ``rewrite_current`` turns the current
+    input's text into what the model reads (a saved prompt's attachment tokens)."""
     answered = {e.run_id for e in history if e.type == "answer.committed"}
     messages: list[ChatMessage] = []
     current: ChatMessage | None = None
@@ -133,6 +135,9 @@ def build_context(
             content = f"[{event.actor}] {text}" if shared else text
             message = ChatMessage(role="user", content=content)
             if event.data.get("input_id") == current_input_id:
+                if rewrite_current is not None:
+                    text = rewrite_current(text)
+                    content = f"[{event.actor}] {text}" if shared else text
                 # Only this turn's files are on disk: earlier turns' were theirs alone. An
                 # attached notebook's rendering follows (notebooks/context.py).
                 content = content + attachment_note(event.data)

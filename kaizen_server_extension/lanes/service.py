@@ -39,6 +39,12 @@ from kaizen_server_extension.logs import log_context
 from kaizen_server_extension.models.profiles import FULL, PromptProfile
 from kaizen_server_extension.notebooks.context import notebook_context
 from kaizen_server_extension.notebooks.document import DEFAULT_CONTEXT_CHARS
+from kaizen_server_extension.policy.prompt_attachments import (
+    ResolvedAttachments,
+)
+from kaizen_server_extension.policy.prompt_attachments import (
+    directive_text as attachment_directives,
+)
 from kaizen_server_extension.policy.synthesis import SYNTHESIS
 from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.protocol.model import (
@@ -67,7 +73,7 @@ from kaizen_server_extension.store.runs import (
     this_host,
 )
 from kaizen_server_extension.store.store import Store
-from kaizen_server_extension.store.tasks import TaskStore
+from kaizen_server_extension.store.tasks import CHAT_POSTURE, TaskStore
 from kaizen_server_extension.store.usage import DailyTokenCapReached, UsageLedger
 from kaizen_server_extension.tools.manifest import STAGED_ARTIFACT_TOOLS
 
@@ -99,7 +105,11 @@ class ToolBackend(Protocol):
 
     def freeze(self, *, agent: AgentRecord, conversation: ConversationRecord, member: str,
                request_text: str, profile: PromptProfile = FULL,
-               earned: Sequence[str] = ()) -> FrozenTools: ...
+               earned: Sequence[str] = (), attached: Sequence[str] = ()) -> FrozenTools: ...
+
+    async def prompt_attachments(self, prompt: str, *, agent: AgentRecord,
+                                 conversation: ConversationRecord,
+                                 member: str) -> ResolvedAttachments: ...
 
     def caller(self, *, bundle: AuthorityBundle, tools: FrozenTools,
                cancelled: asyncio.Event) -> ToolCaller: ...
@@ -301,13 +311,20 @@ class LaneService:
 
         # The attached files: a changed list is a different bundle (R-454, R-455).
         resources = await AttachmentStore(self.store).for_input(run.input_id)
-        tools = await self._freeze(run, agent, conversation, text, resources)
+        # A task's firing runs in its server-owned posture (R-053).
+        posture = await TaskStore(self.store).posture_of(run.id)
+        tools, attachments = await self._freeze(run, agent, conversation, text, resources,
+                                                posture)
+        if not attachments.ok:
+            # A saved prompt's attachment that cannot be used blocks before any step (R-207).
+            await self.lane.settle(run.id, "failed", "attachment_invalid", "kaizen",
+                                   fence=run.fence,
+                                   data={"message": attachments.error().message})
+            return
         admission = Admission(
             agent_version_id=agent.version_id, audience_version=conversation.audience_version,
             resource_digest=resource_digest(conversation, agent, tools.digest, resources),
             catalog_digest=tools.digest, model=model)
-        # A task's firing runs in its server-owned posture (R-053).
-        posture = await TaskStore(self.store).posture_of(run.id)
         bundle = admitted_bundle(run, admission, posture)
         admitted = await self.lane.admit(run.id, run.fence, admission, {
             "input_position": run.input_position, "agent_id": agent.id,
@@ -328,12 +345,19 @@ class LaneService:
 
     async def _freeze(self, run: RunRecord, agent: AgentRecord,
                       conversation: ConversationRecord, text: str,
-                      resources: AdmittedResources) -> FrozenTools:
+                      resources: AdmittedResources,
+                      posture: str) -> tuple[FrozenTools, ResolvedAttachments]:
         """The run's frozen tools under the model's prompt profile. A profile with a context
         budget defers what the turn does not name; what its own context names is earned onto
         the first step: attached files (only run_code reads them) and an unfinished artifact
         version (update_artifact completes it, R-299), so the prompt never names a tool the
-        catalog hides (R-300)."""
+        catalog hides (R-300). A task's saved prompt may attach tools with structural tokens:
+        resolved now, against this member, agent and room (R-206); the admitted ones are on
+        the first step of this run only (R-208). In chat a token is only text (R-205)."""
+        attachments = ResolvedAttachments(model_text=text)
+        if posture != CHAT_POSTURE:
+            attachments = await self._tools.prompt_attachments(
+                text, agent=agent, conversation=conversation, member=run.member)
         profile = self._config.prompt_profile
         earned: list[str] = []
         if profile.defers_tools:
@@ -343,8 +367,9 @@ class LaneService:
             if any(entry.unfinished for entry in roster.entries):
                 earned.append(COMPLETE_TOOL)
         tools = self._tools.freeze(agent=agent, conversation=conversation, member=run.member,
-                                   request_text=text, profile=profile, earned=tuple(earned))
-        return dataclasses.replace(tools, resources=resources)
+                                   request_text=text, profile=profile, earned=tuple(earned),
+                                   attached=attachments.tools if attachments.ok else ())
+        return dataclasses.replace(tools, resources=resources), attachments
 
     async def _manifest(self, run: RunRecord, bundle: AuthorityBundle, agent: AgentRecord,
                         conversation: ConversationRecord, tools: FrozenTools) -> RunManifest:
@@ -358,6 +383,9 @@ class LaneService:
         return RunManifest(
             bundle=bundle,
             context=build_context(agent.persona, history, current_input_id=run.input_id,
+                                  # A saved prompt's tokens read as directives (R-211).
+                                  rewrite_current=None if bundle.posture == CHAT_POSTURE
+                                  else attachment_directives,
                                   shared=conversation.shared, roster=roster,
                                   attachments=attached,
                                   compact=self._config.prompt_profile.compact_prompt),
@@ -502,10 +530,13 @@ class LaneService:
         conversation = await self.store.runs.conversation_of(run.conversation_id)
         agent = await self.store.agents.get_visible(conversation.agent_id, run.member)
         gateway = self._gateway()
-        tools = None if agent is None else await self._freeze(
+        posture = await TaskStore(self.store).posture_of(run.id)
+        frozen = None if agent is None else await self._freeze(
             run, agent, conversation, text,
             # The same attached files the run was admitted with.
-            await AttachmentStore(self.store).for_input(run.input_id))
+            await AttachmentStore(self.store).for_input(run.input_id), posture)
+        # A prompt attachment that no longer resolves: the admission does not hold (R-206).
+        tools = frozen[0] if frozen is not None and frozen[1].ok else None
         capability = {t.name: t.capability
                       for t in (tools.advertised + tools.deferred if tools else ())}
         ambiguous = [c.name for c in journal.dangling
@@ -554,7 +585,7 @@ class LaneService:
         if not resumed:
             return  # cancelled or taken over again meanwhile: whoever did settles it
         # The bundle the run was admitted with, field for field (R-006, R-007).
-        bundle = admitted_bundle(run, admission, await TaskStore(self.store).posture_of(run.id))
+        bundle = admitted_bundle(run, admission, posture)
         manifest = await self._manifest(run, bundle, agent, conversation, tools)
         await self._drive_turn(run, bundle, tools, manifest, run.model, gateway, cancelled,
                                resume=point, controller_name=str(controller_name))

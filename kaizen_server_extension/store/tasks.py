@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -60,6 +61,8 @@ MAX_INTERVAL_S = MAX_TASK_INTERVAL_S
 #: crashed between the two commits).
 UNFINISHED_AFTER = timedelta(seconds=5)
 _KEY = re.compile(r"[A-Za-z0-9._:-]{1,160}")
+#: (owner, conversation id, prompt) -> None, or raises a MemberError naming what is wrong
+PromptCheck = Callable[[str, str, str], Awaitable[None]]
 
 
 class TaskNotFound(NotFound):
@@ -173,8 +176,11 @@ def next_slot(due: datetime, interval_s: int, now: datetime) -> tuple[datetime, 
 
 
 class TaskStore:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, check_prompt: PromptCheck | None = None) -> None:
         self.store = store
+        # The prompt's step attachments, checked against the tools of now before a prompt is
+        # saved (host/tool_backend.py, R-207); the run checks them again.
+        self._check_prompt = check_prompt
 
     # --- the owner's tasks ------------------------------------------------------------------
 
@@ -189,6 +195,8 @@ class TaskStore:
         if first_run_at is not None and interval_seconds is None:
             raise SchemaViolation("first_run_at needs an interval_seconds cadence.",
                                   code="schema_violation")
+        if self._check_prompt is not None:
+            await self._check_prompt(owner, conversation_id, prompt)
         now = utcnow()
         due = None
         if interval_seconds is not None:
@@ -243,6 +251,9 @@ class TaskStore:
         check_interval(interval_seconds)
         if status is not None and status not in m.TASK_STATUSES:
             raise SchemaViolation("status is active or paused.", code="schema_violation")
+        if prompt is not None and self._check_prompt is not None:
+            current = await self.get_for(owner, task_id)
+            await self._check_prompt(owner, current.conversation_id, prompt)
         now = utcnow()
         async with self.store.transaction() as tx:
             row = await self._owned_row(tx, owner, task_id)

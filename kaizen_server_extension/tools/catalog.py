@@ -117,6 +117,7 @@ def freeze_catalog(
     member_request: str = "",
     direct: Collection[str] | None = None,
     earned: Sequence[str] = (),
+    attached: Sequence[str] = (),
     description_chars: int | None = None,
 ) -> FrozenCatalog:
     """Apply the filters above and freeze the result.
@@ -127,6 +128,8 @@ def freeze_catalog(
     names: attached files earn run_code, an unfinished artifact version update_artifact,
     R-299) and the request's slot (R-298); every other authorized tool is deferred. A protocol
     enters whole (R-301). ``description_chars`` bounds each projected description.
+    ``attached`` are a saved prompt's admitted step attachments
+    (policy/prompt_attachments.py): on the first step under any profile, when authorized.
 
     ``agent_ceiling`` is the agent's tool list; ``None`` means the agent declares none and is
     bounded only by what is registered, except ``explicit_grant_only`` tools, which need an
@@ -186,6 +189,9 @@ def freeze_catalog(
         for name in (*((required,) if required else ()), *earned, *direct):
             if name in draft.descriptors:
                 first.update(draft.protocol_of(name))
+    for name in attached:
+        if name in draft.descriptors:  # the catalog stays the only callable set (R-211)
+            first.update(draft.protocol_of(name))
     return dataclasses.replace(
         draft, first_step=draft.advertised_for(first), required_tool=required
     )
