@@ -20,6 +20,8 @@ from pydantic import (
     model_validator,
 )
 
+#: The agent a conversation gets when none is named (the first-party General agent).
+DEFAULT_AGENT_ID = "general"
 #: The id of a Library collection or project, as the store mints them (at most 64 characters).
 LibraryId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 #: How many ids one scope may name per kind: a scope is a short list a person wrote down.

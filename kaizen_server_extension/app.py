@@ -20,7 +20,12 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from traitlets import Bool, Float, Int, List, Set, Unicode, default
 
-from kaizen_server_extension.agents import AgentDefinition, AgentRegistrationError, collect_agents
+from kaizen_server_extension.agents import (
+    DEFAULT_AGENT_ID,
+    AgentDefinition,
+    AgentRegistrationError,
+    collect_agents,
+)
 from kaizen_server_extension.context import KaizenContext
 from kaizen_server_extension.events import EventBus, PostgresLink
 from kaizen_server_extension.run_metrics import default_run_metrics
@@ -493,9 +498,11 @@ class KaizenApp(ExtensionApp):
 
         async def load() -> None:
             try:
-                await warm()
+                # The default agent's new-conversation prompt, evaluated ahead of the first
+                # question (models/local.py).
+                await warm(await self.kaizen.lanes.first_step_prefix(DEFAULT_AGENT_ID))
             except Exception:  # logged by the gateway; each turn then reports it
-                self.log.warning("Kaizen could not load its local model at start-up")
+                self.log.warning("Kaizen could not load its local model at start-up", exc_info=True)
 
         self._warming = asyncio.get_running_loop().create_task(load(), name="kaizen-warm")
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from tornado import web
 
+from kaizen_server_extension.agents import DEFAULT_AGENT_ID
 from kaizen_server_extension.api import schemas
 from kaizen_server_extension.api.admin import admin_routes
 from kaizen_server_extension.api.artifacts import artifact_routes
@@ -180,7 +181,7 @@ class ToolsHandler(KaizenHandler):
             conversation = await store.conversations.get_for(conversation_id, self.member)
             agent_id = conversation.agent_id
         else:
-            agent_id = query_value(self, "agent_id") or "general"
+            agent_id = query_value(self, "agent_id") or DEFAULT_AGENT_ID
             conversation = None
         agent = await store.agents.get_visible(agent_id, self.member)
         if agent is None:

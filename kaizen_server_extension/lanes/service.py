@@ -20,7 +20,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from kaizen_server_extension.host.bundle import admitted_bundle, recorded_admission, resource_digest
@@ -39,6 +39,7 @@ from kaizen_server_extension.logs import log_context
 from kaizen_server_extension.models.profiles import FULL, PromptProfile
 from kaizen_server_extension.notebooks.context import notebook_context
 from kaizen_server_extension.notebooks.document import DEFAULT_CONTEXT_CHARS
+from kaizen_server_extension.policy.grounding import compose_system_prompt
 from kaizen_server_extension.policy.prompt_attachments import (
     ResolvedAttachments,
 )
@@ -48,6 +49,7 @@ from kaizen_server_extension.policy.prompt_attachments import (
 from kaizen_server_extension.policy.synthesis import SYNTHESIS
 from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.protocol.model import (
+    ChatMessage,
     ModelStepError,
     StepEvent,
     StepFinished,
@@ -370,6 +372,26 @@ class LaneService:
                                    request_text=text, profile=profile, earned=tuple(earned),
                                    attached=attachments.tools if attachments.ok else ())
         return dataclasses.replace(tools, resources=resources), attachments
+
+    async def first_step_prefix(self, agent_id: str) -> StepSnapshot | None:
+        """What a new private conversation with ``agent_id`` sends before the member's words:
+        its system prompt and first-step tools. An in-process model evaluates this once at
+        start-up, so the first question reuses it instead of reading it cold (the prompt is
+        most of a small CPU model's first step). None when the agent does not exist."""
+        agent = await self.store.agents.get_visible(agent_id, None)
+        if agent is None:
+            return None
+        now = datetime.now(UTC)
+        room = ConversationRecord(id="", owner="", agent_id=agent_id, title="", shared=False,
+                                  audience_version=1, last_seq=0, participants=("",),
+                                  created_at=now, updated_at=now)
+        tools = self._tools.freeze(agent=agent, conversation=room, member="", request_text="",
+                                   profile=self._config.prompt_profile)
+        # As build_context composes it for a room with no artifacts yet (no roster).
+        system = compose_system_prompt(agent.persona, None,
+                                       compact=self._config.prompt_profile.compact_prompt)
+        return StepSnapshot(step=1, messages=(ChatMessage(role="system", content=system),),
+                            tools=tools.advertised)
 
     async def _manifest(self, run: RunRecord, bundle: AuthorityBundle, agent: AgentRecord,
                         conversation: ConversationRecord, tools: FrozenTools) -> RunManifest:

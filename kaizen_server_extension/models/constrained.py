@@ -60,6 +60,10 @@ FAILED_RESULT_NUDGE = ("This call failed. Fix the cause and call the tool again,
                        '"none" and tell the member in your own words what failed and why.')
 #: Appended after a ``none`` decision: the model then writes the answer string freely.
 ANSWER_OPENER = ', "answer": "'
+#: Written after a call's decision, before its arguments.
+ARGUMENTS_OPENER = ', "arguments": {'
+#: A string argument without a bound or with one at least this long is "long text".
+LONG_TEXT_MIN_CHARS = 1000
 
 #: Length/size bounds above this are enforced by validation, not spelled out in the grammar
 #: (a bound of N becomes N nested optional rules).
@@ -427,6 +431,65 @@ def answer_closed(text: str) -> bool:
         elif char == '"':
             return True
     return False
+
+
+def long_text_split(tool: AdvertisedTool) -> tuple[str, tuple[tuple[str, Any], ...]] | None:
+    """(the tool's long free-text argument, the grammar schemas of its other arguments in
+    schema order), or None. The long one is the schema's first property, required, a string
+    without enum, pattern, format or a bound under :data:`LONG_TEXT_MIN_CHARS` (run_code's
+    ``code``): a local model writes it first and without a grammar, then each other argument
+    under its own (``models/local.py``)."""
+    schema = arguments_schema(tool)
+    properties = tool.parameters.get("properties") if tool.parameters else None
+    required = tool.parameters.get("required") if tool.parameters else None
+    if not isinstance(properties, Mapping) or not properties or \
+            not isinstance(required, Sequence):
+        return None
+    name = next(iter(properties))
+    prop = properties[name]
+    bound = prop.get("maxLength") if isinstance(prop, Mapping) else None
+    if name not in required or not isinstance(prop, Mapping) or prop.get("type") != "string" \
+            or {"enum", "const", "pattern", "format"} & set(prop) \
+            or (isinstance(bound, int) and bound < LONG_TEXT_MIN_CHARS):
+        return None
+    grammar_properties = schema.get("properties") or {}
+    others = tuple((k, v) for k, v in grammar_properties.items() if k != name)
+    return str(name), others
+
+
+def string_end(body: str) -> int | None:
+    """The index of the unescaped quote that closes a JSON string whose opening quote came
+    before ``body``, or None while it is open."""
+    escaped = False
+    for i, char in enumerate(body):
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == '"':
+            return i
+    return None
+
+
+def long_text_value(body: str) -> str | None:
+    """The long text from its string body as written (up to the closing quote), or None
+    while it is unfinished or not a JSON string."""
+    end = string_end(body)
+    if end is None:
+        return None
+    try:
+        text = json.loads('"' + body[:end] + '"', strict=False)
+    except ValueError:
+        return None
+    return text if isinstance(text, str) else None
+
+
+def call_reply(tool: AdvertisedTool, arguments: Mapping[str, Any]) -> str | None:
+    """The rest of a call (``, "arguments": {...}}``), or None when ``arguments`` do not
+    satisfy the tool's schema."""
+    if not validate_arguments(tool, dict(arguments)):
+        return None
+    return f", {json.dumps(ARGUMENTS_KEY)}: {json.dumps(arguments, ensure_ascii=False)}}}"
 
 
 def _unicode_escape(raw: str, i: int) -> tuple[str, int] | None:

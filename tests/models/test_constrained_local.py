@@ -4,6 +4,7 @@ model provisioning (join, verify, refuse) on small fake parts. No model or llama
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import os
@@ -33,7 +34,7 @@ from kaizen_server_extension.protocol.model import (
     TextDelta,
     ToolCallEmitted,
 )
-from kaizen_server_extension.protocol.tools import ToolCall
+from kaizen_server_extension.protocol.tools import AdvertisedTool, Capability, ToolCall
 from tests.models.helpers import calls_of, finished_of, snapshot_for, text_of
 
 # --- a scripted llama ---------------------------------------------------------------------
@@ -95,6 +96,8 @@ class FakeLlama:
 def _no_real_grammar(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(local, "grammar_for", lambda gbnf: ("grammar", gbnf))
     monkeypatch.setattr(local, "tool_arguments_gbnf", lambda tool: f"arguments of {tool.name}")
+    monkeypatch.setattr(local, "_object_gbnf",
+                        lambda schema: f"object of {json.loads(schema).get('type')}")
 
 
 def _gateway(fake: FakeLlama, **config: Any) -> LocalModelGateway:
@@ -131,13 +134,90 @@ async def test_an_answer_streams_token_by_token_and_finishes_with_usage() -> Non
 
 async def test_a_tool_choice_becomes_one_tool_call() -> None:
     fake = FakeLlama([['{"tool": "get_', 'weather"'], [', "arguments": {"city": "Oslo"}}']])
-    async with _gateway(fake) as gateway:
+    async with _gateway(fake, free_arguments=False) as gateway:
         events = await _collect(gateway, snapshot_for("weather in Oslo?", step=3))
     assert calls_of(events) == [ToolCall("call_3_0", "get_weather", '{"city": "Oslo"}')]
     assert text_of(events) == ""
     assert isinstance(events[-2], ToolCallEmitted)
     assert finished_of(events).finish_reason == "tool_calls"
     assert fake.calls[1]["grammar"] == ("grammar", "arguments of get_weather")
+
+
+RUN_TOOL = AdvertisedTool(
+    name="run_it", description="Run a program.",
+    parameters={"type": "object",
+                "properties": {"code": {"type": "string"},
+                               "persistent": {"type": "boolean"},
+                               "targets": {"type": "array", "items": {"type": "string"}}},
+                "required": ["code", "targets"]},
+    capability=Capability.WRITE)
+
+
+async def test_long_text_is_written_freely_then_each_other_argument_under_its_grammar() -> None:
+    # After the decision the gateway writes ', "arguments": {'; the model writes the key and
+    # the text without a grammar and is stopped at the string's closing quote.
+    fake = FakeLlama([['{"tool": "run_it"'],
+                      ['"code"', ': "', 'print(\\"{x}\\")', '\\n"', ", more"],
+                      ["true"], ['["out.csv"]']])
+    async with _gateway(fake, max_tokens=100) as gateway:
+        events = await _collect(gateway, snapshot_for("run it", tools=[RUN_TOOL], step=2))
+    assert calls_of(events) == [ToolCall("call_2_0", "run_it", json.dumps(
+        {"code": 'print("{x}")\n', "persistent": True, "targets": ["out.csv"]}))]
+    free, persistent, targets = fake.calls[1:]
+    assert free["grammar"] is None and free["max_tokens"] == 50  # half of the step's tokens
+    assert persistent["grammar"] == ("grammar", "object of boolean")
+    assert targets["grammar"] == ("grammar", "object of array")
+    # Each continues where the last left off: the prompt only grows.
+    assert free["prompt_tokens"] < persistent["prompt_tokens"] < targets["prompt_tokens"]
+    assert finished_of(events).usage.completion_tokens == 1 + 4 + 1 + 1
+
+
+@pytest.mark.parametrize("free", [
+    ['"town": "Oslo"}'],                    # another key first
+    ['"city": "Os', "lo"],                  # cut short before the text closes
+])
+async def test_long_text_that_does_not_hold_is_written_again_under_the_grammar(
+        free: list[str]) -> None:
+    fake = FakeLlama([['{"tool": "get_weather"'], free,
+                      [', "arguments": {"city": "Oslo"}}']])
+    async with _gateway(fake, max_tokens=100) as gateway:
+        events = await _collect(gateway, snapshot_for("weather in Oslo?", step=1))
+    assert calls_of(events) == [ToolCall("call_1_0", "get_weather", '{"city": "Oslo"}')]
+    grammar = fake.calls[2]
+    assert grammar["grammar"] == ("grammar", "arguments of get_weather")
+    # Trial and grammar together stay within the step's tokens.
+    assert grammar["max_tokens"] == 100 - len(free)
+
+
+async def test_other_arguments_the_schema_refuses_send_the_call_to_the_grammar() -> None:
+    fake = FakeLlama([['{"tool": "run_it"'], ['"code": "x=1"'], ['"yes"'], ["[]"],
+                      [', "arguments": {"code": "x=1", "targets": []}}']])
+    async with _gateway(fake, max_tokens=100) as gateway:
+        events = await _collect(gateway, snapshot_for("run it", tools=[RUN_TOOL]))
+    assert json.loads(calls_of(events)[0].arguments) == {"code": "x=1", "targets": []}
+    assert fake.calls[-1]["grammar"] == ("grammar", "arguments of run_it")
+
+
+async def test_without_free_arguments_the_grammar_writes_the_whole_call() -> None:
+    fake = FakeLlama([['{"tool": "run_it"'], [', "arguments": {"code": "x", "targets": []}}']])
+    async with _gateway(fake, free_arguments=False) as gateway:
+        events = await _collect(gateway, snapshot_for("run it", tools=[RUN_TOOL]))
+    assert len(fake.calls) == 2 and calls_of(events)[0].name == "run_it"
+
+
+async def test_warming_evaluates_the_new_conversation_prompt_once() -> None:
+    fake = FakeLlama([["x"], ['{"tool": "none"'], ["Hi", '"}']])
+    first = snapshot_for("hi")
+    prefix = dataclasses.replace(first, messages=first.messages[:1])
+    async with _gateway(fake) as gateway:
+        await gateway.warm(prefix)
+        events = await _collect(gateway, first)
+    warm, decision, _answer = fake.calls
+    assert warm["max_tokens"] == 1 and warm["grammar"] is None
+    # The warmed prompt is the step's own system prompt, tools included: the step's prompt
+    # starts with it, so llama.cpp evaluates only what follows.
+    assert 0 < warm["prompt_tokens"] < decision["prompt_tokens"]
+    assert text_of(events) == "Hi"
 
 
 async def test_a_decision_cut_short_is_an_empty_step() -> None:
@@ -157,7 +237,7 @@ async def test_a_step_without_tools_generates_free_text() -> None:
 
 async def test_a_required_tool_is_the_only_thing_the_grammar_allows() -> None:
     fake = FakeLlama([['{"tool": "search_docs"'], [', "arguments": {"query": "x"}}']])
-    async with _gateway(fake) as gateway:
+    async with _gateway(fake, free_arguments=False) as gateway:
         events = await _collect(gateway, snapshot_for("q", required_tool="search_docs"))
     decision = fake.calls[0]["grammar"][1]
     assert "search_docs" in decision and "none" not in decision and "get_weather" not in decision
@@ -233,6 +313,11 @@ def test_settings_come_from_the_environment() -> None:
     assert (config.seed, config.n_ctx, config.temperature) == (9, 4096, 0.0)
     with pytest.raises(ValueError, match="KAIZEN_LOCAL_MODEL_SEED"):
         LocalModelConfig.from_env(Path("m.gguf"), {"KAIZEN_LOCAL_MODEL_SEED": "x"})
+    assert LocalModelConfig.from_env(Path("m.gguf"), {}).free_arguments is True
+    assert LocalModelConfig.from_env(
+        Path("m.gguf"), {"KAIZEN_LOCAL_MODEL_FREE_ARGUMENTS": "0"}).free_arguments is False
+    with pytest.raises(ValueError, match="KAIZEN_LOCAL_MODEL_FREE_ARGUMENTS"):
+        LocalModelConfig.from_env(Path("m.gguf"), {"KAIZEN_LOCAL_MODEL_FREE_ARGUMENTS": "yes"})
 
 
 def test_a_configured_path_that_does_not_exist_refuses_to_start(tmp_path: Path) -> None:
