@@ -214,6 +214,11 @@ class KaizenApp(ExtensionApp):
         from kaizen_server_extension.api import handlers
 
         self.handlers.extend(handlers.routes(library=self.kaizen.library_enabled))
+        if self.kaizen.settings.KAIZEN_MCP_SERVE_ENABLED:
+            # Off, the path does not exist (docs/mcp.md, "Kaizen as an MCP server").
+            from kaizen_server_extension.api.mcp_endpoint import mcp_endpoint_routes
+
+            self.handlers.extend(mcp_endpoint_routes())
 
     def _check_run_code_kernelspec(self, name: str) -> None:
         """The kernelspec named for run_code is installed here and runs Python; else start-up

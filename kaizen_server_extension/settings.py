@@ -193,6 +193,9 @@ class KaizenSettings(BaseModel):
     #: server's command must be in KAIZEN_MCP_STDIO_COMMANDS.
     KAIZEN_MCP_SERVERS: Annotated[tuple[McpServerModel, ...],
                                   Field(max_length=MAX_MCP_SERVERS)] = ()
+    #: Kaizen's own MCP endpoint (POST /kaizen/mcp): the member's read tools for external
+    #: agents, under their Jupyter identity (docs/mcp.md). Off unless set.
+    KAIZEN_MCP_SERVE_ENABLED: bool = False
 
     # --- operators (docs/deploy.md) --------------------------------------------------------
     #: Kaizen's log lines as Jupyter's text, or one JSON object per line.

@@ -279,6 +279,28 @@ class PipelineToolBackend:
     def notebooks(self) -> Any:
         return self._notebooks
 
+    @property
+    def registry(self) -> ToolRegistry:
+        return self._registry
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    @property
+    def guardrails(self) -> GuardrailChain | None:
+        return self._guardrails
+
+    @property
+    def metrics(self) -> ToolMetrics | None:
+        return self._metrics
+
+    def member_services(self) -> ToolServices:
+        """The services a call outside any run gets (Kaizen's own MCP endpoint): the member's
+        stores, no kernel, no run catalog, no conversation resources."""
+        return ToolServices(artifacts=self._artifacts, agents=self._agents,
+                            notebooks=self._notebooks, tasks=self._task_tools)
+
     def catalog(self, *, agent: AgentRecord, conversation: ConversationRecord, member: str,
                 request_text: str = "", profile: PromptProfile = FULL,
                 earned: Sequence[str] = (), attached: Sequence[str] = (),
