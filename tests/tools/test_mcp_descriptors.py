@@ -163,3 +163,19 @@ async def test_a_command_off_the_allowlist_is_never_started_even_if_configured()
     with pytest.raises(McpUnavailable) as refused:
         await sources.call(stdio, "lookup", {})
     assert refused.value.code == "mcp_command_not_allowed"
+
+
+@pytest.mark.rule("R-323")
+def test_with_discovery_on_an_mcp_tool_waits_behind_tool_search() -> None:
+    from kaizen_server_extension.tools.registry import ToolRegistry
+
+    registry = ToolRegistry.from_plugins(load_entrypoints=False)
+    remote = descriptor_for(SERVER, listed(annotations=hints(read_only_hint=True)))
+    assert remote is not None
+    catalog = freeze_catalog([*registry.descriptors(), remote],
+                             agent_ceiling={"list_available_agents", remote.name},
+                             room_shared=False, roster_is_only_initiator=True,
+                             discovery_enabled=True)
+    assert remote.name in catalog.deferred
+    assert {a.name for a in catalog.advertised} == {"list_available_agents", "tool_search"}
+    assert catalog.descriptors[remote.name].surface == "mcp:notes"

@@ -27,7 +27,7 @@ from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from kaizen_server_extension.tools.pipeline import DEFAULT_PROJECTION_LIMIT
-from tests.conftest import served_by, with_server_store
+from tests.conftest import BACKENDS, served_by, with_server_store
 from tests.lanes.test_turns import _events, _pending_approval, _send, _settled
 from tests.support.mcp_agent_plugin import MCP_AGENT
 from tests.support.server import ServerProcess, free_port
@@ -118,9 +118,10 @@ class McpWorld:
         raise AssertionError(f"the model was never asked about {text!r}")
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[McpWorld]:
-    root = tmp_path_factory.mktemp("mcp-server")
+@pytest.fixture(scope="module", params=BACKENDS)
+def world(request: pytest.FixtureRequest,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[McpWorld]:
+    root = tmp_path_factory.mktemp(f"mcp-server-{request.param}")
     logs = {name: root / f"{name}.jsonl" for name in ("local", "web", "flicker")}
     web, web_port = _start_http_mcp(logs["web"])
     flicker, flicker_port = _start_http_mcp(logs["flicker"])
@@ -135,7 +136,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[McpWorld]:
          "enabled": False},
     ]
     try:
-        with FakeOpenAI(SCRIPTS) as fake, served_by("sqlite", root, fake, extra_env={
+        with FakeOpenAI(SCRIPTS) as fake, served_by(str(request.param), root, fake, extra_env={
                 "KAIZEN_PLUGINS": "tests.support.mcp_agent_plugin",
                 "KAIZEN_MCP_STDIO_COMMANDS": sys.executable,
                 "KAIZEN_MCP_SERVERS": json.dumps(servers)}) as proc:
