@@ -264,6 +264,15 @@ class KaizenSettings(BaseModel):
                 raise ValueError(f"is not valid JSON ({exc.msg})") from None
         return value
 
+    @field_validator("KAIZEN_MCP_STDIO_COMMANDS")
+    @classmethod
+    def _absolute_commands(cls, commands: tuple[str, ...]) -> tuple[str, ...]:
+        for command in commands:
+            if not command.startswith("/"):
+                # A bare name would be looked up on PATH when the server starts.
+                raise ValueError(f"{command[:200]!r} is not an absolute path")
+        return commands
+
     @field_validator("KAIZEN_MCP_SERVERS")
     @classmethod
     def _allowlisted_servers(cls, servers: tuple[McpServerModel, ...],

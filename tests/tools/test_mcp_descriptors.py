@@ -141,6 +141,11 @@ def test_a_stdio_command_off_the_allowlist_stops_start_up() -> None:
     assert [s.id for s in allowed.KAIZEN_MCP_SERVERS] == ["local"]
 
 
+def test_an_allowlisted_command_must_be_an_absolute_path() -> None:
+    with pytest.raises(SettingsError, match=r"KAIZEN_MCP_STDIO_COMMANDS.*absolute"):
+        KaizenSettings.from_environ({"KAIZEN_MCP_STDIO_COMMANDS": "python3"})
+
+
 @pytest.mark.parametrize("server", [
     {"id": "web", "transport": "http", "url": "http://user:secret@127.0.0.1/mcp"},
     {"id": "web", "transport": "http", "url": "http://127.0.0.1/mcp?token=abc"},
