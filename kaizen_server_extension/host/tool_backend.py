@@ -56,7 +56,13 @@ from kaizen_server_extension.store.tasks import TaskStore
 from kaizen_server_extension.tools.canvas import without_canvas
 from kaizen_server_extension.tools.catalog import FrozenCatalog, freeze_catalog
 from kaizen_server_extension.tools.discovery import TOOL_SEARCH_NAME
-from kaizen_server_extension.tools.mcp_sources import NOTHING_DISCOVERED, Discovered, McpSources
+from kaizen_server_extension.tools.mcp_sources import (
+    NOTHING_DISCOVERED,
+    SESSIONS_SERVICE,
+    Discovered,
+    McpSources,
+    RunSessions,
+)
 from kaizen_server_extension.tools.metrics import ToolMetrics
 from kaizen_server_extension.tools.pipeline import ToolPipeline
 from kaizen_server_extension.tools.ports import CallFactsView, CallScope
@@ -451,7 +457,11 @@ class PipelineToolBackend:
             # The turn's admitted files (run_code projects exactly these, R-454).
             resources=tools.resources,
             # What the agent retrieves over, narrowing the member's access.
-            knowledge_scope=tools.knowledge_scope)
+            knowledge_scope=tools.knowledge_scope,
+            # The run's MCP sessions: a server is connected (a stdio one started) at its
+            # first call of the run and reused until idle (docs/mcp.md).
+            extra={SESSIONS_SERVICE: RunSessions(self._mcp)} if self._mcp is not None
+            and tools.sources else {})
         return call
 
     async def _await_decision(self, approval_id: str, cancelled: asyncio.Event) -> str:

@@ -68,6 +68,10 @@ DISCOVERY_TIMEOUT_S = 15.0
 MAX_RESULT_CHARS = 64 * 1024
 #: The surface (discovery parent) of a server's tools.
 SURFACE_PREFIX = "mcp:"
+#: ``ctx.services`` name of the run's open MCP sessions (:class:`RunSessions`).
+SESSIONS_SERVICE = "mcp_sessions"
+#: A run's session with a server is closed after this long without a call.
+SESSION_IDLE_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +281,9 @@ class McpSources:
         sources = self
 
         async def call_mcp_tool(ctx: ToolContext, **arguments: Any) -> dict[str, Any]:
+            sessions = ctx.services.get(SESSIONS_SERVICE)
+            if isinstance(sessions, RunSessions):
+                return await sessions.call(server, remote, arguments)
             return await sources.call(server, remote, arguments)
 
         call_mcp_tool.__name__ = descriptor.name
@@ -334,9 +341,7 @@ class McpSources:
             if not sent:
                 log.warning("MCP server %s unreachable for %s (%s)", server.id, remote,
                             _kind(exc))
-                raise McpUnavailable(
-                    f"The MCP server {server.id} is not reachable, so {remote} was not run. "
-                    "Try again later or answer without it.", code="mcp_unavailable") from None
+                raise _unreachable(server, remote) from None
             if result is None:
                 raise McpCallFailed(f"MCP server {server.id} failed during {remote} "
                                     f"({_kind(exc)})") from None
@@ -344,6 +349,118 @@ class McpSources:
             log.info("MCP server %s: closing after %s failed (%s)", server.id, remote,
                      _kind(exc))
         return result_body(server, remote, result)
+
+
+@dataclass(slots=True)
+class _Call:
+    remote: str
+    arguments: dict[str, Any]
+    future: asyncio.Future[dict[str, Any]]
+    sent: bool = False
+
+
+class _Session:
+    """One run's open session with one server, served by a task of its own (the SDK's client
+    is entered and left in that one task); calls are sent one at a time, in order."""
+
+    def __init__(self, sources: McpSources, server: McpServer) -> None:
+        self._sources = sources
+        self._server = server
+        self._queue: asyncio.Queue[_Call] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    def _ensure_worker(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._serve(), name=f"mcp-{self._server.id}")
+
+    async def call(self, remote: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        item = _Call(remote, arguments, asyncio.get_running_loop().create_future())
+        self._queue.put_nowait(item)
+        self._ensure_worker()
+        try:
+            return await item.future
+        except asyncio.CancelledError:
+            # Given up (its timeout, the turn stopped): awaiting the future cancelled it, so
+            # a call still waiting is never sent; one already sent stops with its session
+            # (which also ends a stdio server).
+            if item.sent and self._task is not None:
+                self._task.cancel()
+            raise
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _serve(self) -> None:
+        server = self._server
+        try:
+            async with self._sources._client(server) as client:
+                while True:
+                    try:
+                        item = await asyncio.wait_for(self._queue.get(), SESSION_IDLE_S)
+                    except TimeoutError:
+                        return
+                    if item.future.done():
+                        continue  # given up before it was sent
+                    item.sent = True
+                    try:
+                        result = await client.call_tool(item.remote, item.arguments)
+                    except Exception as exc:
+                        if not item.future.done():
+                            item.future.set_exception(McpCallFailed(
+                                f"MCP server {server.id} failed during {item.remote} "
+                                f"({_kind(exc)})"))
+                        return  # the session may be broken: the next call opens another
+                    if not item.future.done():
+                        item.future.set_result(result_body(server, item.remote, result))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # Connecting failed (or closing did, after the last answer): nothing waiting
+            # was sent.
+            log.warning("MCP server %s: session failed (%s)", server.id, _kind(exc))
+            self._fail_waiting(exc)
+        finally:
+            if not self._queue.empty():
+                # Calls queued behind one that ended the session get a fresh one.
+                self._task = asyncio.create_task(self._serve(), name=f"mcp-{server.id}")
+
+    def _fail_waiting(self, error: Exception) -> None:
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            if item.future.done():
+                continue
+            if isinstance(error, McpUnavailable):
+                item.future.set_exception(McpUnavailable(str(error), code=error.code))
+            else:
+                item.future.set_exception(_unreachable(self._server, item.remote))
+
+
+def _unreachable(server: McpServer, remote: str) -> McpUnavailable:
+    return McpUnavailable(
+        f"The MCP server {server.id} is not reachable, so {remote} was not run. "
+        "Try again later or answer without it.", code="mcp_unavailable")
+
+
+class RunSessions:
+    """The MCP sessions of one run, opened at a server's first call and kept for the next
+    ones (a stdio server is started once per run, not per call); each closes after
+    :data:`SESSION_IDLE_S` without a call."""
+
+    def __init__(self, sources: McpSources) -> None:
+        self._sources = sources
+        self._sessions: dict[str, _Session] = {}
+
+    async def call(self, server: McpServer, remote: str,
+                   arguments: Mapping[str, Any]) -> dict[str, Any]:
+        session = self._sessions.get(server.id)
+        if session is None:
+            session = self._sessions[server.id] = _Session(self._sources, server)
+        return await session.call(remote, dict(arguments))
+
+    def close(self) -> None:
+        for session in self._sessions.values():
+            session.close()
 
 
 def result_body(server: McpServer, remote: str, result: Any) -> dict[str, Any]:

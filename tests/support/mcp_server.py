@@ -13,6 +13,7 @@ Tools, by what their annotations declare:
 * ``wipe_notes``: ``destructiveHint: true`` (sensitive);
 * ``huge``: a read whose text result is far larger than any tool result may be;
 * ``bad_schema``: a read whose input schema fails the 2020-12 meta-schema;
+* ``slow``: a read that answers after ``seconds`` (logged when it answers);
 * ``flaky``: a read that reports ``isError``.
 """
 
@@ -20,9 +21,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 
@@ -36,8 +39,8 @@ def build(log: Path) -> MCPServer:
 
     def ran(tool: str, **arguments: object) -> None:
         with log.open("a") as out:
-            out.write(json.dumps({"tool": tool, "arguments": arguments, "at": time.time()})
-                      + "\n")
+            out.write(json.dumps({"tool": tool, "arguments": arguments, "at": time.time(),
+                                  "pid": os.getpid()}) + "\n")
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     def lookup(q: str) -> str:
@@ -74,6 +77,13 @@ def build(log: Path) -> MCPServer:
         """A tool whose advertised input schema is invalid."""
         ran("bad_schema", q=q)
         return q
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def slow(seconds: float) -> str:
+        """Answer after a while."""
+        await anyio.sleep(seconds)
+        ran("slow", seconds=seconds)
+        return "slow done"
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     def flaky() -> str:

@@ -44,6 +44,9 @@ SCRIPTS: list[dict[str, Any]] = [
     {"match": "just say hi", "responses": [{"text": "Hi."}]},
     {"match": "look up kaizen", "responses": [
         _call("mcp__local__lookup", {"q": "kaizen"}), {"text": "Looked it up."}]},
+    {"match": "look up two words", "responses": [
+        _call("mcp__local__lookup", {"q": "first"}),
+        _call("mcp__local__lookup", {"q": "second"}), {"text": "Both looked up."}]},
     {"match": "look up on the web", "responses": [
         _call("mcp__web__lookup", {"q": "web"}), {"text": "Looked it up on the web."}]},
     *({"match": f"forecast for city {n}", "responses": [
@@ -188,7 +191,8 @@ def test_discovery_offers_each_granted_tool_under_its_source_name(world: McpWorl
         # The whole stdio server the agent grants, each tool named with its source id;
         # the tool with an invalid input schema is omitted by itself.
         assert {"mcp__local__lookup", "mcp__local__get_forecast", "mcp__local__record_note",
-                "mcp__local__wipe_notes", "mcp__local__huge", "mcp__local__flaky"} <= offered
+                "mcp__local__wipe_notes", "mcp__local__huge", "mcp__local__flaky",
+        "mcp__local__slow"} <= offered
         assert "mcp__local__bad_schema" not in offered
         # Of the web server only the two exact tools the agent names.
         assert {n for n in offered if n.startswith("mcp__web__")} == {
@@ -231,6 +235,18 @@ def test_a_read_runs_on_its_own_server_without_asking(world: McpWorld) -> None:
         [settled] = _settled_calls(alice, room, run_id)
         assert settled["outcome"] == "ok" and "glossary: web" in settled["content"]
         assert [r for r in world.ran("web") if r["arguments"] == {"q": "web"}]
+
+
+def test_a_turn_keeps_its_session_with_a_stdio_server(world: McpWorld) -> None:
+    with world.server.client("alice") as alice:
+        room = _room(alice)
+        run_id, run = _run(alice, room, "look up two words")
+        assert run["status"] == "completed", run
+        assert [c["outcome"] for c in _settled_calls(alice, room, run_id)] == ["ok", "ok"]
+        pids = {r["pid"] for r in world.ran("local")
+                if r["arguments"] in ({"q": "first"}, {"q": "second"})}
+        # Both calls were answered by one server process, started once for the turn.
+        assert len(pids) == 1, pids
 
 
 @pytest.mark.rule("R-341", "R-342")
