@@ -219,6 +219,11 @@ class KaizenApp(ExtensionApp):
         from kaizen_server_extension.api import handlers
 
         self.handlers.extend(handlers.routes(library=self.kaizen.library_enabled))
+        if self.kaizen.settings.KAIZEN_MCP_SERVE_ENABLED:
+            # Off, the path does not exist (docs/mcp.md, "Kaizen as an MCP server").
+            from kaizen_server_extension.api.mcp_endpoint import mcp_endpoint_routes
+
+            self.handlers.extend(mcp_endpoint_routes())
 
     def _check_run_code_kernelspec(self, name: str) -> None:
         """The kernelspec named for run_code is installed here and runs Python; else start-up
@@ -303,6 +308,8 @@ class KaizenApp(ExtensionApp):
             authorize=self._tool_authorizer(),
             guardrails=guardrails,
         )
+        if settings.KAIZEN_MCP_SERVERS:
+            tools.attach_mcp(self._mcp_sources(settings))
         gateway, model, profile = self._model_gateway(settings, plugins)
         lanes = LaneService(
             store=store,
@@ -327,6 +334,22 @@ class KaizenApp(ExtensionApp):
                                      lanes.wake))
         return KaizenContext(store=store, settings=settings, bus=bus, lanes=lanes, tools=tools,
                              model=model, scheduler=scheduler)
+
+    def _mcp_sources(self, settings: KaizenSettings) -> Any:
+        """The administrator-enabled MCP servers (docs/mcp.md). The ``mcp`` SDK is needed only
+        when one is configured: without it, start-up stops saying so."""
+        import importlib.util
+
+        from kaizen_server_extension.tools.mcp_sources import McpServer, McpSources
+
+        if importlib.util.find_spec("mcp") is None:
+            self._refuse_to_start("KAIZEN_MCP_SERVERS names MCP servers but the mcp package "
+                                  "is not installed: pip install 'kaizen-jupyter[mcp]'")
+        servers = [McpServer(id=s.id, transport=s.transport, command=s.command,
+                             args=s.args, url=s.url, enabled=s.enabled,
+                             timeout_s=s.timeout_s, agents=s.agents)
+                   for s in settings.KAIZEN_MCP_SERVERS]
+        return McpSources(servers, stdio_commands=settings.KAIZEN_MCP_STDIO_COMMANDS)
 
     def _model_gateway(self, settings: KaizenSettings,
                        plugins: LoadedPlugins) -> tuple[Any, str, Any]:

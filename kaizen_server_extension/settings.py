@@ -18,7 +18,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from kaizen_server_extension.runtime.port import Budgets, CorrectionRule
 
@@ -78,6 +85,50 @@ class CorrectionRuleModel(BaseModel):
 
 PositiveCount = Annotated[int, Field(ge=1)]
 
+#: At most this many MCP servers may be enabled on one server (docs/mcp.md).
+MAX_MCP_SERVERS = 32
+
+
+class McpServerModel(BaseModel):
+    """One entry of ``KAIZEN_MCP_SERVERS``: a stdio command or a streamable-HTTP URL."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,23}$")]
+    transport: Literal["stdio", "http"]
+    command: Annotated[str, Field(max_length=4096)] = ""
+    args: Annotated[tuple[Annotated[str, Field(max_length=4096)], ...], Field(max_length=64)] \
+        = ()
+    url: Annotated[str, Field(max_length=2048)] = ""
+    enabled: bool = True
+    timeout_s: Annotated[float, Field(ge=1, le=240)] = 30.0
+    agents: Annotated[tuple[Annotated[str, Field(max_length=64)], ...],
+                      Field(max_length=64)] = ()
+
+    @field_validator("url")
+    @classmethod
+    def _plain_http_url(cls, url: str) -> str:
+        if not url:
+            return url
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("url must be an http(s) URL with a host")
+        if parts.username is not None or parts.password is not None or parts.fragment \
+                or parts.query:
+            # No credentials in the URL: the server is reached without any (docs/mcp.md).
+            raise ValueError("url may not carry user information, a query or a fragment")
+        return url
+
+    def model_post_init(self, _context: Any) -> None:
+        if self.transport == "stdio" and (not self.command or self.url):
+            raise ValueError(f"MCP server {self.id!r}: a stdio server names a command "
+                             "and no url")
+        if self.transport == "http" and (not self.url or self.command or self.args):
+            raise ValueError(f"MCP server {self.id!r}: an http server names a url and no "
+                             "command")
+
 
 class KaizenSettings(BaseModel):
     """Every setting of the server, with its name, default and bounds."""
@@ -136,6 +187,16 @@ class KaizenSettings(BaseModel):
     #: Outer deadline of one package tool call; the shared 240 s ceiling bounds it (R-265).
     KAIZEN_PACKAGE_TOOL_DEADLINE_SECONDS: Annotated[float, Field(ge=1, le=240)] = 30.0
 
+    #: Commands (exact paths) a stdio MCP server may run (docs/mcp.md); comma-separated.
+    KAIZEN_MCP_STDIO_COMMANDS: tuple[str, ...] = ()
+    #: The MCP servers the administrator enables, as a JSON list (docs/mcp.md). A stdio
+    #: server's command must be in KAIZEN_MCP_STDIO_COMMANDS.
+    KAIZEN_MCP_SERVERS: Annotated[tuple[McpServerModel, ...],
+                                  Field(max_length=MAX_MCP_SERVERS)] = ()
+    #: Kaizen's own MCP endpoint (POST /kaizen/mcp): the member's read tools for external
+    #: agents, under their Jupyter identity (docs/mcp.md). Off unless set.
+    KAIZEN_MCP_SERVE_ENABLED: bool = False
+
     # --- operators (docs/deploy.md) --------------------------------------------------------
     #: Kaizen's log lines as Jupyter's text, or one JSON object per line.
     KAIZEN_LOG_FORMAT: Literal["text", "json"] = "text"
@@ -191,7 +252,44 @@ class KaizenSettings(BaseModel):
             raise ValueError("rule ids must be unique")
         return rules
 
-    @field_validator("KAIZEN_ADMIN_MEMBERS", "KAIZEN_PLUGINS", mode="before")
+    @field_validator("KAIZEN_MCP_SERVERS", mode="before")
+    @classmethod
+    def _parse_servers_json(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if not value.strip():
+                return ()
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"is not valid JSON ({exc.msg})") from None
+        return value
+
+    @field_validator("KAIZEN_MCP_STDIO_COMMANDS")
+    @classmethod
+    def _absolute_commands(cls, commands: tuple[str, ...]) -> tuple[str, ...]:
+        for command in commands:
+            if not command.startswith("/"):
+                # A bare name would be looked up on PATH when the server starts.
+                raise ValueError(f"{command[:200]!r} is not an absolute path")
+        return commands
+
+    @field_validator("KAIZEN_MCP_SERVERS")
+    @classmethod
+    def _allowlisted_servers(cls, servers: tuple[McpServerModel, ...],
+                             info: ValidationInfo) -> tuple[McpServerModel, ...]:
+        ids = [s.id for s in servers]
+        if len(ids) != len(set(ids)):
+            raise ValueError("server ids must be unique")
+        allowed = set(info.data.get("KAIZEN_MCP_STDIO_COMMANDS", ()))
+        for server in servers:
+            if server.transport == "stdio" and server.command not in allowed:
+                # Only a command the administrator allowlisted is ever started.
+                raise ValueError(f"server {server.id!r} runs {server.command[:200]!r}, which "
+                                 "is not in KAIZEN_MCP_STDIO_COMMANDS")
+        return servers
+
+    @field_validator("KAIZEN_ADMIN_MEMBERS", "KAIZEN_PLUGINS", "KAIZEN_MCP_STDIO_COMMANDS",
+                     mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
         if isinstance(value, str):

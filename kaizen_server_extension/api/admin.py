@@ -58,7 +58,8 @@ class AdminHandler(KaizenHandler):
         return ToolPolicyAdmin(self.kaizen.store)
 
     def checked_tool(self, tool: str) -> str:
-        if not TOOL_NAME_RE.fullmatch(tool) or tool not in self.kaizen.tool_names:
+        # A registered tool, or an enabled MCP server's selector or tool (docs/mcp.md).
+        if not TOOL_NAME_RE.fullmatch(tool) or not self.kaizen.tools.policy_name_known(tool):
             raise SchemaViolation(f"No tool named {tool[:64]!r} is registered on this server.",
                                   code="unknown_tool")
         return tool
@@ -120,7 +121,9 @@ def admin_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
                  **error}
     unauthenticated = {"description": "Not authenticated", **error}
     tool = {"name": "tool", "in": "path", "required": True,
-            "description": "A tool registered on this server", "schema": {"type": "string"}}
+            "description": "A tool registered on this server, or an enabled MCP "
+                    "server (mcp__<id>) or one of its tools (mcp__<id>__<tool>)",
+            "schema": {"type": "string"}}
     member = {"name": "member", "in": "path", "required": True,
               "description": "A member name, or * for everyone (a member's own row "
                              "overrides the everyone row)",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -92,15 +92,27 @@ def _facts_of(member: str, facts: CallFactsView | None) -> CallFactsView | None:
 class StorePermissions:
     """Admin tool policy from the database plus the Jupyter authorizer, read on every call."""
 
-    def __init__(self, store: Store, authorize: Any = None) -> None:
+    def __init__(self, store: Store, authorize: Any = None, *,
+                 parent_of: Callable[[str], str | None] | None = None) -> None:
         self._store = store
         # ``authorize(member, tool_name) -> bool``: the Jupyter server's Authorizer.
         self._authorize = authorize
+        # The selector above a tool (an MCP tool's server, docs/mcp.md), else None.
+        self._parent_of = parent_of
 
     async def allowed(self, member: str, tool_name: str,
                       facts: CallFactsView | None = None) -> bool:
         if self._authorize is not None and not self._authorize(member, tool_name):
             return False
+        parent = self._parent_of(tool_name) if self._parent_of is not None else None
+        # A denied server is a ceiling over each of its tools: the tool's own row, whatever
+        # it says, cannot re-enable one (a parent row can only tighten).
+        if parent is not None and not await self._policy(member, parent, facts):
+            return False
+        return await self._policy(member, tool_name, facts)
+
+    async def _policy(self, member: str, tool_name: str,
+                      facts: CallFactsView | None) -> bool:
         facts = _facts_of(member, facts)
         verdict = facts.allowed(tool_name) if facts is not None else None
         if verdict is not None:
@@ -158,13 +170,16 @@ class StoreApprovals:
         return ApprovalReceipt(row[0], ApprovalStatus(row[1])) if row else None
 
     async def request(self, run_id: str, bundle: AuthorityBundle, tool: str, args_digest: str,
-                      redacted_args: Mapping[str, Any]) -> str:
+                      redacted_args: Mapping[str, Any], *, capability: str | None = None) -> str:
+        """``capability`` is the run's frozen declaration of ``tool`` when the caller has it
+        (a source tool is known only to its run); else the registry's."""
         approval_id = new_id()
+        capability = capability or self._capability_of.get(tool, "undeclared")
         async with self._store.transaction() as tx:
             tx.session.add(m.Approval(
                 id=approval_id, run_id=run_id, conversation_id=bundle.conversation_id,
                 member=bundle.member, tool=tool,
-                capability=self._capability_of.get(tool, "undeclared"),
+                capability=capability,
                 args_digest=args_digest, arguments=dict(redacted_args), status="pending",
                 created_at=utcnow(),
             ))
@@ -175,7 +190,7 @@ class StoreApprovals:
             )
             await tx.append_event(bundle.conversation_id, "approval.requested", bundle.member, {
                 "approval_id": approval_id, "tool": tool,
-                "capability": self._capability_of.get(tool, "undeclared"),
+                "capability": capability,
                 "arguments": dict(redacted_args), "args_digest": args_digest,
             }, run_id=run_id)
         return approval_id

@@ -56,6 +56,13 @@ from kaizen_server_extension.store.tasks import TaskStore
 from kaizen_server_extension.tools.canvas import without_canvas
 from kaizen_server_extension.tools.catalog import FrozenCatalog, freeze_catalog
 from kaizen_server_extension.tools.discovery import TOOL_SEARCH_NAME
+from kaizen_server_extension.tools.mcp_sources import (
+    NOTHING_DISCOVERED,
+    SESSIONS_SERVICE,
+    Discovered,
+    McpSources,
+    RunSessions,
+)
 from kaizen_server_extension.tools.metrics import ToolMetrics
 from kaizen_server_extension.tools.pipeline import ToolPipeline
 from kaizen_server_extension.tools.ports import CallFactsView, CallScope
@@ -90,6 +97,9 @@ class FrozenTools:
 
     # Per frozen tool, the arguments observers never see (``tool(withheld_arguments=)``).
     withheld_arguments: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    # The run's source tools (MCP servers) by name, discovered at admission for this run only:
+    # never registered server-wide, so no other run can reach them.
+    sources: Mapping[str, RegisteredTool] = dataclasses.field(default_factory=dict)
 
     def declared(self, name: str) -> ToolDescriptor | None:
         """The frozen catalog's declaration of ``name``, or None when it has no such tool."""
@@ -149,9 +159,12 @@ class LeaseReleasingApprovals:
     pipeline fails the call closed as "approvals unavailable" rather than ask with a live
     lease."""
 
-    def __init__(self, approvals: StoreApprovals, run_code: Any) -> None:
+    def __init__(self, approvals: StoreApprovals, run_code: Any,
+                 capability_of: Mapping[str, str] | None = None) -> None:
         self._approvals = approvals
         self._run_code = run_code
+        # The run's frozen declarations: a source tool's capability is known only to its run.
+        self._capability_of = capability_of or {}
 
     async def find_receipt(self, run_id: str, call_digest: str) -> ApprovalReceipt | None:
         return await self._approvals.find_receipt(run_id, call_digest)
@@ -163,7 +176,8 @@ class LeaseReleasingApprovals:
             if released:
                 log.info("run %s: released the sandbox lease before asking about %s",
                          run_id, tool)
-        return await self._approvals.request(run_id, bundle, tool, args_digest, redacted_args)
+        return await self._approvals.request(run_id, bundle, tool, args_digest, redacted_args,
+                                             capability=self._capability_of.get(tool))
 
     async def consume_receipt(self, run_id: str, approval_id: str) -> bool:
         return await self._approvals.consume_receipt(run_id, approval_id)
@@ -193,7 +207,8 @@ class PipelineToolBackend:
         self._store = store
         self._registry = registry
         self._discovery = discovery_enabled
-        self.permissions = StorePermissions(store, authorize)
+        self._mcp: McpSources | None = None
+        self.permissions = StorePermissions(store, authorize, parent_of=self._parent_of)
         self._metrics = metrics
         self._guardrails = guardrails
         self._agents = AgentRoster(store)
@@ -213,6 +228,46 @@ class PipelineToolBackend:
         """Names of the registered tools."""
         return frozenset(self._registry.names())
 
+    def attach_mcp(self, sources: McpSources) -> None:
+        """The administrator-enabled MCP servers (set at server start, docs/mcp.md)."""
+        self._mcp = sources
+
+    @property
+    def mcp(self) -> McpSources | None:
+        return self._mcp
+
+    def _parent_of(self, tool: str) -> str | None:
+        """The policy selector above ``tool`` (an MCP tool's server), else None."""
+        return self._mcp.parent_of(tool) if self._mcp is not None else None
+
+    def policy_name_known(self, name: str) -> bool:
+        """Whether an admin tool policy may name ``name``: a registered tool, an enabled MCP
+        server's selector (``mcp__<id>``), or a tool name under one."""
+        return name in self._registry or (self._mcp is not None and self._mcp.knows(name))
+
+    async def discover(self, *, agent: AgentRecord, member: str) -> Discovered:
+        """The source tools this run may use, discovered now as ``member`` (docs/mcp.md).
+
+        Only servers the agent grants are contacted (R-066); each tool must be granted by the
+        agent (its server or its exact name) and allowed to the member by admin policy, the
+        server's policy included, at this instant. A server that fails gives nothing (R-065).
+        """
+        if self._mcp is None:
+            return NOTHING_DISCOVERED
+        servers = self._mcp.granted_servers(agent.id, agent.tool_ceiling)
+        found = await self._mcp.discover(servers)
+        kept = []
+        for registered in found.tools:
+            name = registered.descriptor.name
+            server = self._mcp.servers[str(registered.descriptor.extra["mcp_server"])]
+            if not self._mcp.agent_grants(server, agent.id, agent.tool_ceiling, name):
+                continue
+            if name in self._registry:
+                continue  # a registered tool's name is never taken over by a source
+            if await self.permissions.allowed(member, name):
+                kept.append(registered)
+        return Discovered(tuple(kept), found.unavailable)
+
     def attach_run_code(self, service: Any) -> None:
         """Make the kernel service reachable from the run_code tool (set at server start)."""
         self._run_code = service
@@ -230,14 +285,40 @@ class PipelineToolBackend:
     def notebooks(self) -> Any:
         return self._notebooks
 
+    @property
+    def registry(self) -> ToolRegistry:
+        return self._registry
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    @property
+    def guardrails(self) -> GuardrailChain | None:
+        return self._guardrails
+
+    @property
+    def metrics(self) -> ToolMetrics | None:
+        return self._metrics
+
+    def member_services(self) -> ToolServices:
+        """The services a call outside any run gets (Kaizen's own MCP endpoint): the member's
+        stores, no kernel, no run catalog, no conversation resources."""
+        return ToolServices(artifacts=self._artifacts, agents=self._agents,
+                            notebooks=self._notebooks, tasks=self._task_tools)
+
     def catalog(self, *, agent: AgentRecord, conversation: ConversationRecord, member: str,
                 request_text: str = "", profile: PromptProfile = FULL,
-                earned: Sequence[str] = (), attached: Sequence[str] = ()) -> FrozenCatalog:
+                earned: Sequence[str] = (), attached: Sequence[str] = (),
+                sources: Discovered = NOTHING_DISCOVERED) -> FrozenCatalog:
         """The run's frozen catalog under the model's prompt profile (its context budget
-        defers tools behind tool_search; ``earned`` are the tools the turn's context names)."""
+        defers tools behind tool_search; ``earned`` are the tools the turn's context names).
+        ``sources`` are the run's discovered source tools, already narrowed to the agent's
+        grant: they pass every filter of the catalog like any other tool."""
+        source_descriptors = [t.descriptor for t in sources.tools]
         return freeze_catalog(
-            self._registry.descriptors(),
-            agent_ceiling=set(agent.tool_ceiling),
+            [*self._registry.descriptors(), *source_descriptors],
+            agent_ceiling={*agent.tool_ceiling, *(d.name for d in source_descriptors)},
             room_shared=conversation.shared,
             roster_is_only_initiator=conversation.participants == (member,),
             discovery_enabled=self._discovery,
@@ -250,10 +331,11 @@ class PipelineToolBackend:
 
     def freeze(self, *, agent: AgentRecord, conversation: ConversationRecord, member: str,
                request_text: str, profile: PromptProfile = FULL,
-               earned: Sequence[str] = (), attached: Sequence[str] = ()) -> FrozenTools:
+               earned: Sequence[str] = (), attached: Sequence[str] = (),
+               sources: Discovered = NOTHING_DISCOVERED) -> FrozenTools:
         catalog = self.catalog(agent=agent, conversation=conversation, member=member,
                                request_text=request_text, profile=profile, earned=earned,
-                               attached=attached)
+                               attached=attached, sources=sources)
         shown = {t.name for t in catalog.first_step}
         deferred = tuple(catalog.projected[name] for name in catalog.deferred
                          if name not in shown)
@@ -262,9 +344,12 @@ class PipelineToolBackend:
             registered = self._registry.get(name)
             if registered is not None and registered.descriptor.withheld_arguments:
                 withheld[name] = registered.descriptor.withheld_arguments
+        admitted_sources = {t.descriptor.name: t for t in sources.tools
+                            if t.descriptor.name in catalog.descriptors}
         return FrozenTools(advertised=catalog.first_step, digest=catalog.digest,
                            required_tool=catalog.required_tool, catalog=catalog,
                            deferred=deferred, withheld_arguments=withheld,
+                           sources=admitted_sources,
                            knowledge_scope=KnowledgeScope.from_stored(agent.knowledge_scope))
 
     async def prompt_attachments(self, prompt: str, *, agent: AgentRecord,
@@ -303,7 +388,7 @@ class PipelineToolBackend:
         assert isinstance(catalog, FrozenCatalog)
         registered_tools: dict[str, RegisteredTool] = {}
         for name in catalog.names:
-            registered = self._registry.get(name)
+            registered = self._registry.get(name) or tools.sources.get(name)
             if registered is not None:
                 registered_tools[name] = registered
 
@@ -333,7 +418,8 @@ class PipelineToolBackend:
             authority=StoreAuthority(store, bundle),
             permissions=self.permissions,
             approval_modes=StoreApprovalModes(store),
-            approvals=LeaseReleasingApprovals(self.approvals, self._run_code),
+            approvals=LeaseReleasingApprovals(self.approvals, self._run_code, {
+                name: d.capability.value for name, d in catalog.descriptors.items()}),
             executor=execute,
             roster_is_only_initiator=roster_is_only_initiator,
             audit=StoreAudit(store),
@@ -371,7 +457,11 @@ class PipelineToolBackend:
             # The turn's admitted files (run_code projects exactly these, R-454).
             resources=tools.resources,
             # What the agent retrieves over, narrowing the member's access (R-002).
-            knowledge_scope=tools.knowledge_scope)
+            knowledge_scope=tools.knowledge_scope,
+            # The run's MCP sessions: a server is connected (a stdio one started) at its
+            # first call of the run and reused until idle (docs/mcp.md).
+            extra={SESSIONS_SERVICE: RunSessions(self._mcp)} if self._mcp is not None
+            and tools.sources else {})
         return call
 
     async def _await_decision(self, approval_id: str, cancelled: asyncio.Event) -> str:

@@ -78,6 +78,7 @@ from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.store.tasks import CHAT_POSTURE, TaskStore
 from kaizen_server_extension.store.usage import DailyTokenCapReached, UsageLedger
 from kaizen_server_extension.tools.manifest import STAGED_ARTIFACT_TOOLS
+from kaizen_server_extension.tools.mcp_sources import NOTHING_DISCOVERED, Discovered
 
 log = logging.getLogger("kaizen.lanes")
 
@@ -105,9 +106,12 @@ class HolderLiveness(Protocol):
 class ToolBackend(Protocol):
     """The tool side of admission and execution, as the lane sees it."""
 
+    async def discover(self, *, agent: AgentRecord, member: str) -> Discovered: ...
+
     def freeze(self, *, agent: AgentRecord, conversation: ConversationRecord, member: str,
                request_text: str, profile: PromptProfile = FULL,
-               earned: Sequence[str] = (), attached: Sequence[str] = ()) -> FrozenTools: ...
+               earned: Sequence[str] = (), attached: Sequence[str] = (),
+               sources: Discovered = NOTHING_DISCOVERED) -> FrozenTools: ...
 
     async def prompt_attachments(self, prompt: str, *, agent: AgentRecord,
                                  conversation: ConversationRecord,
@@ -368,9 +372,14 @@ class LaneService:
             roster = await load_artifact_roster(self.store, run.member, run.conversation_id)
             if any(entry.unfinished for entry in roster.entries):
                 earned.append(COMPLETE_TOOL)
+        # The run's source tools (MCP servers) are discovered now, as the run's member; a
+        # recovered run discovers again, and a changed inventory changes the digest, so it
+        # is settled rather than resumed with tools it was not admitted with.
+        sources = await self._tools.discover(agent=agent, member=run.member)
         tools = self._tools.freeze(agent=agent, conversation=conversation, member=run.member,
                                    request_text=text, profile=profile, earned=tuple(earned),
-                                   attached=attachments.tools if attachments.ok else ())
+                                   attached=attachments.tools if attachments.ok else (),
+                                   sources=sources)
         return dataclasses.replace(tools, resources=resources), attachments
 
     async def first_step_prefix(self, agent_id: str) -> StepSnapshot | None:

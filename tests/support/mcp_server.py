@@ -1,0 +1,114 @@
+"""A small real MCP server for the MCP source tests, written with the official SDK's server side.
+
+``python -m tests.support.mcp_server stdio --log PATH`` serves over stdin/stdout;
+``python -m tests.support.mcp_server http --port N --log PATH`` serves streamable HTTP on
+loopback at ``/mcp``. Each tool that runs appends one JSON line to ``--log``, so a test can
+tell whether a call reached the server (an unapproved write must not).
+
+Tools, by what their annotations declare:
+
+* ``lookup``: ``readOnlyHint: true`` (a read);
+* ``get_forecast``: no annotations at all, though its name sounds like a read (a write);
+* ``record_note``: ``readOnlyHint: false, destructiveHint: false`` (a write);
+* ``wipe_notes``: ``destructiveHint: true`` (sensitive);
+* ``huge``: a read whose text result is far larger than any tool result may be;
+* ``bad_schema``: a read whose input schema fails the 2020-12 meta-schema;
+* ``slow``: a read that answers after ``seconds`` (logged when it answers);
+* ``flaky``: a read that reports ``isError``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import anyio
+from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
+
+HUGE_CHARS = 200_000
+#: An input schema no 2020-12 validator accepts ("type" must name a JSON type).
+INVALID_SCHEMA = {"type": "object", "properties": {"q": {"type": "nonsense"}}}
+
+
+def build(log: Path) -> MCPServer:
+    server = MCPServer("kaizen-test-mcp")
+
+    def ran(tool: str, **arguments: object) -> None:
+        with log.open("a") as out:
+            out.write(json.dumps({"tool": tool, "arguments": arguments, "at": time.time(),
+                                  "pid": os.getpid()}) + "\n")
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def lookup(q: str) -> str:
+        """Look a word up in the test glossary."""
+        ran("lookup", q=q)
+        return f"glossary: {q} means testing"
+
+    @server.tool()
+    def get_forecast(city: str) -> str:
+        """Get the forecast for a city."""
+        ran("get_forecast", city=city)
+        return f"forecast for {city}: sunny"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))
+    def record_note(text: str) -> str:
+        """Record a note on the test server."""
+        ran("record_note", text=text)
+        return f"recorded: {text}"
+
+    @server.tool(annotations=ToolAnnotations(destructive_hint=True))
+    def wipe_notes() -> str:
+        """Delete every note on the test server."""
+        ran("wipe_notes")
+        return "wiped"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def huge() -> str:
+        """Return a very large text."""
+        ran("huge")
+        return "x" * HUGE_CHARS
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def bad_schema(q: str) -> str:
+        """A tool whose advertised input schema is invalid."""
+        ran("bad_schema", q=q)
+        return q
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def slow(seconds: float) -> str:
+        """Answer after a while."""
+        await anyio.sleep(seconds)
+        ran("slow", seconds=seconds)
+        return "slow done"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def flaky() -> str:
+        """A read that fails."""
+        ran("flaky")
+        raise RuntimeError("the flaky tool failed on purpose")
+
+    # The SDK derives schemas from signatures; this one is replaced by an invalid one.
+    server._tool_manager.get_tool("bad_schema").parameters = INVALID_SCHEMA  # type: ignore[union-attr]
+    return server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("transport", choices=["stdio", "http"])
+    parser.add_argument("--log", required=True, type=Path)
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+    server = build(args.log)
+    if args.transport == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=args.port,
+                   streamable_http_path="/mcp")
+
+
+if __name__ == "__main__":
+    main()
