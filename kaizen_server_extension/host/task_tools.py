@@ -11,7 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kaizen_server_extension.store.tasks import FiringRecord, TaskRecord, TaskStore
+from kaizen_server_extension.protocol.errors import SchemaViolation
+from kaizen_server_extension.protocol.tasks import MAX_TASK_PROMPT_CHARS
+from kaizen_server_extension.store.tasks import CHAT_POSTURE, FiringRecord, TaskRecord, TaskStore
+
+GUIDANCE = "\n\nThe owner's guidance: {words}"
+ANSWER = "\n\nThe owner's answer: {words}"
 
 
 class TaskTools:
@@ -42,3 +47,37 @@ class TaskTools:
         if firing.run_id is not None and firing.conversation_id is not None:
             self._wake(firing.conversation_id)
         return firing
+
+    async def member_words(self, member: str, run_id: str) -> str:
+        """The member's own accepted message that started ``run_id``, read on the server:
+        what steer_goal and answer_goal_input bind (R-186)."""
+        run, text, _model = await self._tasks.store.runs.admission_facts(run_id)
+        if run.member != member or await self._tasks.posture_of(run_id) != CHAT_POSTURE:
+            raise SchemaViolation("This turn has no message of yours to use.",
+                                  code="no_member_input")
+        return text
+
+    async def steer(self, member: str, task_id: str, words: str) -> TaskRecord:
+        """Keep the member's words with the task's goal (an edit: the version moves on)."""
+        return await self.steer_with(member, task_id, GUIDANCE, words)
+
+    async def answer(self, member: str, task_id: str,
+                     words: str) -> tuple[TaskRecord, FiringRecord]:
+        """Run the task now with the member's words as its answer, kept with the goal."""
+        task = await self.steer_with(member, task_id, ANSWER, words)
+        return task, await self.fire(member, task_id, kind="run_now")
+
+    async def steer_with(self, member: str, task_id: str, form: str,
+                         words: str) -> TaskRecord:
+        task = await self._tasks.get_for(member, task_id)
+        # At the version read: an edit meanwhile is a conflict, never a lost update.
+        return await self._tasks.update(member, task_id, expected_version=task.version,
+                                        prompt=_extended(task.prompt, form, words))
+
+
+def _extended(goal: str, form: str, words: str) -> str:
+    extended = goal + form.format(words=words.strip())
+    if len(extended) > MAX_TASK_PROMPT_CHARS:
+        raise SchemaViolation(f"The task's goal would be longer than {MAX_TASK_PROMPT_CHARS} "
+                              "characters; edit it (update_goal) first.", code="goal_too_long")
+    return extended

@@ -10,6 +10,13 @@ and background lifecycle: create, update, pause, resume, delete, run_now, and
   ("every …", "interval") select create_loop: a run_in_background asking for repetition is
   refused with that instruction rather than run once (R-185).
 
+A task's prompt is its goal. ``update_goal`` replaces it, and like any edit bumps the task's
+version, which withdraws the authority of every run the task started before (R-186).
+``steer_goal`` and ``answer_goal_input`` take no words from the model: the server binds the
+member's own accepted message of this turn, as guidance kept with the goal or as the answer
+the task then runs with (R-186). Both need a member's message, so a task's own run cannot use
+them.
+
 No argument names a member or a room: authority is the initiating member's, and new tasks go
 to this conversation (R-188). There is no sleep, wait, poll or process-control operation
 (R-187). In a task's own run these calls need the task's live authority, and a safe test
@@ -88,7 +95,8 @@ async def inspect_tasks(ctx: ToolContext, task_id: TaskId | None = None) -> dict
 async def manage_tasks(
     ctx: ToolContext,
     action: Literal["create", "update", "pause", "resume", "delete", "run_now",
-                    "run_in_background", "create_loop"],
+                    "run_in_background", "create_loop", "update_goal", "steer_goal",
+                    "answer_goal_input"],
     task_id: TaskId | None = None,
     name: Name | None = None,
     prompt: Prompt | None = None,
@@ -97,7 +105,9 @@ async def manage_tasks(
     """Manage your durable tasks in this conversation. create (name, prompt, optional
     interval_seconds), update / pause / resume / delete / run_now (task_id), run_in_background
     (prompt: one attempt after this turn), create_loop (prompt and interval_seconds: repeated
-    on that cadence)."""
+    on that cadence), update_goal (task_id, prompt: the new goal), steer_goal /
+    answer_goal_input (task_id only: the member's message of this turn becomes guidance for
+    the goal, or the answer the task runs with now)."""
     service = _service(ctx)
     room = ctx.bundle.conversation_id
     try:
@@ -134,6 +144,23 @@ async def manage_tasks(
         if action == "run_now":
             firing = await service.fire(ctx.member, task_id, kind="run_now")
             return {"action": action, "task_id": task_id, "run_id": firing.run_id}
+        if action in ("steer_goal", "answer_goal_input"):
+            if name is not None or prompt is not None or interval_seconds is not None:
+                raise MemberSafeError(
+                    f"{action} takes only task_id: the member's own message of this turn is "
+                    "used, never words from the call.", code="invalid_arguments")
+            if ctx.bundle.posture != "chat":
+                raise MemberSafeError(f"{action} needs a member's message; a task's own run "
+                                      "has none.", code="no_member_input")
+            words = await service.member_words(ctx.member, ctx.bundle.run_id)
+            if action == "steer_goal":
+                task = await service.steer(ctx.member, task_id, words)
+                return {"action": action, "task": _public(task)}
+            task, firing = await service.answer(ctx.member, task_id, words)
+            return {"action": action, "task": _public(task), "run_id": firing.run_id}
+        if action == "update_goal" and prompt is None:
+            raise MemberSafeError("update_goal needs the new goal as prompt.",
+                                  code="invalid_arguments")
         changes: dict[str, Any] = {"name": name, "prompt": prompt,
                                    "interval_seconds": interval_seconds}
         if action == "pause":
