@@ -29,7 +29,8 @@ MAX_SCOPE_IDS = 200
 #: ``ctx.services`` key under which a run hands its agent's scope to the retrieval tools.
 class KnowledgeScope(BaseModel):
     """What an agent retrieves over: the member's Library collections and projects it may
-    read from (a project also brings what it links, transitively).
+    read from (a project also brings what it links, transitively), and the uploaded documents
+    its ``search`` and ``query_document`` may reach (docs/retrieval.md).
 
     Empty means no narrowing. A non-empty scope is always intersected with what the member
     running the agent can open, at every call: an id the member cannot open reaches nothing,
@@ -40,10 +41,11 @@ class KnowledgeScope(BaseModel):
 
     collections: Annotated[frozenset[LibraryId], Field(max_length=MAX_SCOPE_IDS)] = frozenset()
     projects: Annotated[frozenset[LibraryId], Field(max_length=MAX_SCOPE_IDS)] = frozenset()
+    documents: Annotated[frozenset[LibraryId], Field(max_length=MAX_SCOPE_IDS)] = frozenset()
 
     @property
     def narrows(self) -> bool:
-        return bool(self.collections or self.projects)
+        return bool(self.collections or self.projects or self.documents)
 
     def stored(self) -> dict[str, list[str]]:
         """The canonical JSON kept on the agent version and bound into the run's resource
@@ -51,7 +53,10 @@ class KnowledgeScope(BaseModel):
         stay unchanged and so do the digests of their runs."""
         if not self.narrows:
             return {}
-        return {"collections": sorted(self.collections), "projects": sorted(self.projects)}
+        stored = {"collections": sorted(self.collections), "projects": sorted(self.projects)}
+        if self.documents:  # absent when empty: scopes stored before documents keep digests
+            stored["documents"] = sorted(self.documents)
+        return stored
 
     @classmethod
     def from_stored(cls, raw: Mapping[str, Any]) -> KnowledgeScope:

@@ -12,6 +12,7 @@ from kaizen_server_extension.api import schemas
 from kaizen_server_extension.api.admin import admin_routes
 from kaizen_server_extension.api.artifacts import artifact_routes
 from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.api.documents import document_routes
 from kaizen_server_extension.api.health import health_routes
 from kaizen_server_extension.api.jupyter_files import jupyter_file_routes
 from kaizen_server_extension.api.kernel_console import kernel_console_routes
@@ -268,6 +269,8 @@ def routes(*, library: bool = True) -> list[tuple[str, type[web.RequestHandler]]
         # The member's files of the Jupyter contents tree, in and out of their artifacts.
         *jupyter_file_routes(PREFIX),
         *(library_routes(PREFIX) if library else ()),
+        # The member's documents for retrieval: upload, versions, room shares, search.
+        *document_routes(PREFIX),
         # The caller's own persistent run_code kernel, and opening it as a console.
         *kernel_console_routes(PREFIX, ID),
         # The member's notebooks: attach, kernel access, reviewed cell edits, data uploads.

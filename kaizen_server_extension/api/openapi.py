@@ -513,6 +513,11 @@ def openapi_document(*, library: bool = True) -> dict[str, Any]:
         library_paths, library_components = library_openapi()
         paths.update(library_paths)
         components.update(library_components)
+    from kaizen_server_extension.api.documents import documents_openapi
+
+    document_paths, document_components = documents_openapi()
+    paths.update(document_paths)
+    components.update(document_components)
     from kaizen_server_extension.api.health import health_openapi
 
     health_paths, health_components = health_openapi()

@@ -880,3 +880,99 @@ class TaskFiring(Base):
         CheckConstraint("run_id IS NULL OR error IS NULL", name="outcome"),
         Index("ix_task_firings_task_created", "task_id", "created_at"),
     )
+
+
+# Documents: the member's uploaded corpus for retrieval (docs/retrieval.md). Migration 0014
+# adds what SQLAlchemy cannot declare on both databases: the full-text index over chunk
+# bodies (an external-content SQLite FTS5 table kept by triggers; on PostgreSQL a generated
+# ``search_vector`` tsvector column with a GIN index), and triggers refusing UPDATE of a
+# version or chunk row. ``FULL_TEXT_OBJECTS`` names them so the model/schema comparison skips
+# them knowingly.
+FULL_TEXT_OBJECTS = frozenset({
+    "document_chunks_fts", "document_chunks_fts_data", "document_chunks_fts_idx",
+    "document_chunks_fts_docsize", "document_chunks_fts_config", "document_chunks_fts_content",
+    "search_vector", "ix_document_chunks_search_vector"})
+
+
+class Document(Base):
+    """A document root: owner, title and the number of its latest immutable version."""
+
+    __tablename__ = "documents"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(ForeignKey("members.id"))
+    title: Mapped[str] = mapped_column(String(300))
+    current_version: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        CheckConstraint("current_version >= 1", name="current_version"),
+        CheckConstraint("length(title) >= 1", name="title"),
+        Index("ix_documents_owner", "owner", "updated_at"),
+    )
+
+
+class DocumentVersion(Base):
+    """Immutable (a trigger refuses UPDATE): the uploaded bytes and the text extracted."""
+
+    __tablename__ = "document_versions"
+
+    document_id: Mapped[str] = mapped_column(
+        ForeignKey("documents.id", ondelete="CASCADE"), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    filename: Mapped[str] = mapped_column(String(300))
+    media_type: Mapped[str] = mapped_column(String(200))
+    size: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    content: Mapped[bytes] = mapped_column(LargeBinary)
+    text: Mapped[str] = mapped_column(Text)
+    author: Mapped[str] = mapped_column(ForeignKey("members.id"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        CheckConstraint("version >= 1", name="version"),
+        CheckConstraint("size >= 0", name="size"),
+    )
+
+
+class DocumentChunk(Base):
+    """One indexed passage of one exact version. ``chunk_id`` is the opaque id retrieval
+    hands out; ``id`` is the integer row the full-text index points at."""
+
+    __tablename__ = "document_chunks"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"),
+                                    primary_key=True, autoincrement=True)
+    chunk_id: Mapped[str] = mapped_column(String(64), unique=True)
+    document_id: Mapped[str] = mapped_column(String(64))
+    version: Mapped[int] = mapped_column(Integer)
+    ordinal: Mapped[int] = mapped_column(Integer)
+    # Where the passage is, for a citation: "lines 12-40", "cell 3", "page 2".
+    locator: Mapped[str] = mapped_column(String(200))
+    body: Mapped[str] = mapped_column(Text)
+
+    __table_args__ = (
+        ForeignKeyConstraint(["document_id", "version"],
+                             ["document_versions.document_id", "document_versions.version"],
+                             name="fk_document_chunks_version", ondelete="CASCADE"),
+        UniqueConstraint("document_id", "version", "ordinal",
+                         name="uq_document_chunks_version_ordinal"),
+        CheckConstraint("ordinal >= 0", name="ordinal"),
+    )
+
+
+class DocumentShare(Base):
+    """The owner shared the document into a room: its participants may read and search it
+    for as long as the row exists (deleting it removes access at once)."""
+
+    __tablename__ = "document_shares"
+
+    document_id: Mapped[str] = mapped_column(
+        ForeignKey("documents.id", ondelete="CASCADE"), primary_key=True)
+    conversation_id: Mapped[str] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True)
+    shared_by: Mapped[str] = mapped_column(ForeignKey("members.id"))
+    shared_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (Index("ix_document_shares_conversation", "conversation_id"),)

@@ -25,8 +25,13 @@ async def _room(store: Store, owner: str = "alice", shared: bool = False) -> str
 
 
 async def test_migrated_schema_matches_the_models(store: Store) -> None:
+    def known(name: str | None, _type: str, _parents: object) -> bool:
+        # The full-text index objects each database declares its own way (migration 0014).
+        return name not in m.FULL_TEXT_OBJECTS
+
     def diff(sync_conn: object) -> list[object]:
-        context = MigrationContext.configure(sync_conn)  # type: ignore[arg-type]
+        context = MigrationContext.configure(  # type: ignore[arg-type]
+            sync_conn, opts={"include_name": known})
         return list(compare_metadata(context, m.Base.metadata))
 
     async with store.engine.connect() as conn:
