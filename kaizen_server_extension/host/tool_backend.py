@@ -49,7 +49,9 @@ from kaizen_server_extension.protocol.tools import (
     ToolOutcome,
 )
 from kaizen_server_extension.resources import NO_RESOURCES, AdmittedResources
+from kaizen_server_extension.store.documents import DocumentStore
 from kaizen_server_extension.store.hashline_state import StoredWorkspaceState
+from kaizen_server_extension.store.history import HistorySearch
 from kaizen_server_extension.store.records import AgentRecord, ConversationRecord
 from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.store.tasks import TaskStore
@@ -215,6 +217,8 @@ class PipelineToolBackend:
         self._artifacts = artifact_services(store)
         # Hashline snapshots and registers.
         self._workspace_store = StoredWorkspaceState(store)
+        self._documents = DocumentStore(store)
+        self._history = HistorySearch(store)
         self._run_code: Any = None
         self._notebooks: Any = None
         self._task_tools: TaskTools | None = None
@@ -453,6 +457,7 @@ class PipelineToolBackend:
             artifacts=self._artifacts, agents=self._agents, run_code=self._run_code,
             bridge=bridge, workspace_store=self._workspace_store, notebooks=self._notebooks,
             tasks=self._task_tools, catalog=catalog,
+            documents=self._documents, history=self._history,
             callable_tools=callable_now,
             # The turn's admitted files (run_code projects exactly these, R-454).
             resources=tools.resources,

@@ -34,6 +34,10 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "kaizen_plugins.tasks",
     # The built-in model providers (openai-compatible, local), through the provider hook.
     "kaizen_plugins.providers",
+    # Retrieval with citations over the member's documents and prior conversations.
+    "kaizen_plugins.retrieval",
+    # Kaizen's own documentation, bundled in the wheel.
+    "kaizen_plugins.about",
 )
 
 BUILTIN_TOOLS: Mapping[str, str] = MappingProxyType(
@@ -59,6 +63,10 @@ BUILTIN_TOOLS: Mapping[str, str] = MappingProxyType(
         "propose_notebook_edit": "kaizen_plugins.notebook",
         "inspect_tasks": "kaizen_plugins.tasks",
         "manage_tasks": "kaizen_plugins.tasks",
+        "search": "kaizen_plugins.retrieval",
+        "query_document": "kaizen_plugins.retrieval",
+        "conversation_history_search": "kaizen_plugins.retrieval",
+        "search_about": "kaizen_plugins.about",
     }
 )
 

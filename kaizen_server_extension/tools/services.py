@@ -76,6 +76,29 @@ class TaskDirectory(Protocol):
     async def fire(self, member: str, task_id: str, *, kind: str) -> Any: ...
 
 
+class DocumentLibrary(Protocol):
+    """The member's documents and their full-text search (``store/documents.py``), always
+    as the member asking, in the room asking, under the agent's knowledge scope."""
+
+    async def search(self, member: str, query: str, *, room: str | None = None,
+                     scope: KnowledgeScope = UNSCOPED, documents: Any = None,
+                     limit: int = 8) -> Any: ...
+
+    async def passages(self, member: str, document_id: str, *, room: str | None,
+                       scope: KnowledgeScope = UNSCOPED, start: int = 0,
+                       max_chars: int = 8_000) -> tuple[Any, list[Any]]: ...
+
+    async def resolve_chunk(self, member: str, chunk_id: str, *, room: str | None,
+                            scope: KnowledgeScope = UNSCOPED) -> Any: ...
+
+
+class ConversationHistory(Protocol):
+    """The member's prior conversations (``store/history.py``)."""
+
+    async def search(self, member: str, query: str, *, exclude: str | None = None,
+                     limit: int = 5) -> list[Any]: ...
+
+
 @dataclass(frozen=True)
 class ArtifactServices:
     """The member-artifact services, all over one store."""
@@ -101,6 +124,10 @@ class ToolServices:
     notebooks: NotebookService | None = None
     #: The member's durable tasks (inspect_tasks, manage_tasks; docs/tasks.md).
     tasks: TaskDirectory | None = None
+    #: The member's uploaded documents and their full-text search (docs/retrieval.md).
+    documents: DocumentLibrary | None = None
+    #: The member's prior conversations, for conversation_history_search.
+    history: ConversationHistory | None = None
     #: The run's frozen catalog, for tool discovery.
     catalog: FrozenCatalog | None = None
     #: Names callable now; it grows as discovery reveals deferred tools.
