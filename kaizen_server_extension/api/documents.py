@@ -22,7 +22,7 @@ from kaizen_server_extension.api.params import (
     query_int,
     query_value,
 )
-from kaizen_server_extension.document_text import MAX_DOCUMENT_BYTES
+from kaizen_server_extension.document_text import MAX_DOCUMENT_BYTES, query_terms
 from kaizen_server_extension.protocol.errors import BadRequest
 from kaizen_server_extension.store.documents import MAX_HITS, DocumentStore
 
@@ -32,10 +32,10 @@ FileName = Annotated[str, StringConstraints(min_length=1, max_length=300,
                                             pattern=r"^[^/\\\x00-\x1f]+\.[A-Za-z0-9]{1,10}$")]
 Title = Annotated[str, StringConstraints(min_length=1, max_length=300,
                                          pattern=r"^[^\x00-\x1f]+$")]
-#: Base64 of at most MAX_DOCUMENT_BYTES bytes.
-Content = Annotated[str, StringConstraints(min_length=1,
-                                           max_length=(MAX_DOCUMENT_BYTES + 2) // 3 * 4,
-                                           pattern=r"^[A-Za-z0-9+/]*={0,2}$")]
+#: Padded base64 of 1 to MAX_DOCUMENT_BYTES bytes.
+Content = Annotated[str, StringConstraints(
+    min_length=4, max_length=(MAX_DOCUMENT_BYTES + 2) // 3 * 4,
+    pattern=r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{4})$")]
 MAX_QUERY_CHARS = 500
 
 
@@ -145,6 +145,9 @@ class DocumentSearchHandler(_DocumentHandler):
             raise BadRequest(f"q is the search text, 1 to {MAX_QUERY_CHARS} characters.",
                              code="invalid_query")
         limit = query_int(query_value(self, "limit"), "limit", 8, minimum=1, maximum=MAX_HITS)
+        if not query_terms(query):  # only punctuation or symbols: nothing can match
+            self.write_json({"query": query, "searched_documents": 0, "hits": []})
+            return
         result = await self.documents.search(self.member, query, limit=limit)
         self.write_json({"query": query, "searched_documents": result.searched,
                          "hits": [h.public() for h in result.hits]})

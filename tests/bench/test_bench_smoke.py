@@ -40,6 +40,8 @@ BENCHES: dict[str, tuple[list[str], int, set[str]]] = {
     "notebook": (["--n", "2"], 2, COMMON | PERCENTILES | {"figure", "p50_ms"}),
     "takeover": (["--n", "1"], 1, COMMON | {"figure", "baseline_s", "ratio", "violations"}),
     "e2e_overhead": (["--n", "1", "--rooms", "3"], 2, {"bench", "db", "figure"}),
+    "search": (["--n", "5", "--chunks", "200", "--docs", "4"], 2,
+               COMMON | {"figure", "chunks", "ratio"}),
 }
 
 FIGURE_KEYS: dict[tuple[str, str], set[str]] = {
@@ -54,6 +56,8 @@ FIGURE_KEYS: dict[tuple[str, str], set[str]] = {
     ("e2e_overhead", "overhead_per_tool_step"): {"n", "p50_ms", "p95_ms", "turn_p50_ms",
                                                  "baseline_replay_p50_ms", "ratio"},
     ("e2e_overhead", "turns_throughput"): {"rooms", "turns", "turns_per_s", "elapsed_s"},
+    ("search", "index"): {"chunks_per_s", "baseline_chunks_per_s", "elapsed_s"},
+    ("search", "search"): PERCENTILES | {"target_p50_us", "meets_target", "queries_with_hits"},
     ("run_code", "interrupt_to_usable"): {"jail", "p50_ms", "baseline_p50_ms", "ratio",
                                           "state_kept"},
 }
