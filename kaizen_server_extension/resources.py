@@ -18,6 +18,8 @@ from typing import Any
 MAX_ATTACHMENTS = 8
 #: The reference kind of an attached artifact in the manifest.
 ARTIFACT_REFERENCE = "artifact"
+#: The reference kind of an uploaded document version request_document projected.
+DOCUMENT_REFERENCE = "document"
 
 
 @dataclass(frozen=True, slots=True)

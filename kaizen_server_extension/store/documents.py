@@ -121,6 +121,19 @@ class ChunkRecord:
     body: str
 
 
+@dataclass(frozen=True, slots=True)
+class VersionFile:
+    """The stored bytes of one exact version, for the run_code projection."""
+
+    document_id: str
+    version: int
+    filename: str
+    media_type: str
+    sha256: str
+    size: int
+    content: bytes
+
+
 class DocumentStore:
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -287,6 +300,18 @@ class DocumentStore:
                 raise DocumentNotFound("That passage is from an earlier version of its "
                                        "document; search again.", code="chunk_not_found")
             return _chunk(found)
+
+    async def version_file(self, member: str, document_id: str, version: int, *,
+                           room: str | None, scope: KnowledgeScope = UNSCOPED) -> VersionFile:
+        """The bytes of ``version`` of a document the caller may reach now; 404 else."""
+        async with self.store.transaction() as tx:
+            row = await self._readable(tx, member, document_id, room, scope)
+            found = await tx.session.get(m.DocumentVersion, (row.id, version))
+            if found is None:
+                raise DocumentNotFound("That version of the document does not exist.",
+                                       code="version_not_found")
+            return VersionFile(row.id, found.version, found.filename, found.media_type,
+                               found.sha256, int(found.size), found.content)
 
     async def search(self, member: str, query: str, *, room: str | None = None,
                      scope: KnowledgeScope = UNSCOPED,

@@ -96,6 +96,8 @@ def room_admits(
     the initiator: the roster, not the room flag, is what the actor-private rule reads (R-218).
     """
     room_class = descriptor.room_class
+    if descriptor.private_room_only and (room_shared or not roster_is_only_initiator):
+        return False  # the member's own material; a shared room's later readers are others
     if room_class is RoomClass.AUDIENCE_SAFE_READ and not descriptor.first_party:
         # Proving a room scope takes a dedicated first-party adapter; a package or dynamic
         # descriptor cannot claim it (R-216/R-217).
@@ -156,6 +158,10 @@ def freeze_catalog(
         )
     ]
     admitted, omitted = admit_descriptors(chosen)
+    admitted_names = {d.name for d in admitted}
+    # A tool that needs others enters only beside them (R-180: request_document needs search
+    # and run_code in the same catalog, so the same room admission and agent ceiling).
+    admitted = [d for d in admitted if d.requires_tools <= admitted_names]
     admitted_names = {d.name for d in admitted}
     # A protocol with any member missing (not granted, not room-safe, malformed) is dropped.
     broken = {g for g, members in by_group.items() if not members <= admitted_names}

@@ -48,6 +48,8 @@ def tool(
     description: str | None = None,
     authorize: AuthorizeImpl | None = None,
     withheld_arguments: Iterable[str] = (),
+    requires: Iterable[str] = (),
+    private_room_only: bool = False,
 ) -> Callable[[ToolImpl], RegisteredTool]:
     """Declare an async tool implementation ``async def f(ctx, **arguments)``.
 
@@ -61,6 +63,12 @@ def tool(
     ``withheld_arguments`` name top-level arguments whose values stay in the trusted backend:
     observers (the journal's ``tool.requested``, approval requests) see only their size, never
     their text (artifact content, R-225). The tool itself gets them whole.
+
+    ``requires`` names tools without which this one is pointless or unsafe: a run's catalog
+    admits it only when every one of them was admitted too (request_document needs search
+    and run_code, R-180). ``private_room_only`` keeps a tool out of a durable-shared room even
+    while its owner is alone in it: what it returns is the member's alone, and the room's
+    transcript is read by whoever joins later.
     """
 
     def decorate(fn: ToolImpl) -> RegisteredTool:
@@ -96,6 +104,8 @@ def tool(
                 surface=surface,
                 explicit_grant_only=explicit_grant_only,
                 withheld_arguments=withheld,
+                requires_tools=frozenset(requires),
+                private_room_only=private_room_only,
             )
         except ValueError as exc:  # an unknown enum value: say which tool declared it
             raise ToolDeclarationError(f"tool {tool_name!r}: {exc}") from exc

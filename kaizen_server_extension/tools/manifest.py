@@ -66,6 +66,7 @@ BUILTIN_TOOLS: Mapping[str, str] = MappingProxyType(
         "search": "kaizen_plugins.retrieval",
         "query_document": "kaizen_plugins.retrieval",
         "conversation_history_search": "kaizen_plugins.retrieval",
+        "request_document": "kaizen_plugins.retrieval",
         "search_about": "kaizen_plugins.about",
     }
 )

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kaizen_server_extension.agents import UNSCOPED, KnowledgeScope
 from kaizen_server_extension.protocol.tools import Capability
-from kaizen_server_extension.resources import NO_RESOURCES, AdmittedResources
+from kaizen_server_extension.resources import NO_RESOURCES, AdmittedResources, SharedResource
 
 if TYPE_CHECKING:
     from kaizen_server_extension.notebooks.service import NotebookService
@@ -91,6 +91,9 @@ class DocumentLibrary(Protocol):
     async def resolve_chunk(self, member: str, chunk_id: str, *, room: str | None,
                             scope: KnowledgeScope = UNSCOPED) -> Any: ...
 
+    async def version_file(self, member: str, document_id: str, version: int, *,
+                           room: str | None, scope: KnowledgeScope = UNSCOPED) -> Any: ...
+
 
 class ConversationHistory(Protocol):
     """The member's prior conversations (``store/history.py``)."""
@@ -128,6 +131,12 @@ class ToolServices:
     documents: DocumentLibrary | None = None
     #: The member's prior conversations, for conversation_history_search.
     history: ConversationHistory | None = None
+    #: Chunk ids this run's retrieval handed out (search, query_document): the only ones
+    #: request_document accepts (R-181). Grows during the run.
+    retrieved_chunks: set[str] = field(default_factory=set)
+    #: Document versions request_document added to the run's read-only run_code projection,
+    #: after the admitted files. Grows during the run.
+    requested_documents: list[SharedResource] = field(default_factory=list)
     #: The run's frozen catalog, for tool discovery.
     catalog: FrozenCatalog | None = None
     #: Names callable now; it grows as discovery reveals deferred tools.

@@ -140,6 +140,10 @@ class ToolDescriptor:
     explicit_grant_only: bool = False
     # Arguments whose values never leave the backend for observers: see ``tool``.
     withheld_arguments: frozenset[str] = frozenset()
+    # Tools the catalog must also admit for this one to enter it (``tool(requires=)``).
+    requires_tools: frozenset[str] = frozenset()
+    # Never in a durable-shared room, even while only its owner is in it (``tool(...)``).
+    private_room_only: bool = False
 
     @property
     def effective_timeout_s(self) -> float:

@@ -10,7 +10,11 @@ from kaizen_plugins.artifacts import persist_run_files
 from kaizen_plugins.office_idioms import OFFICE_IDIOMS
 from kaizen_plugins.sandbox import SANDBOX_TOOL
 from kaizen_server_extension.protocol.errors import NotFound
-from kaizen_server_extension.resources import SharedResource
+from kaizen_server_extension.resources import (
+    DOCUMENT_REFERENCE,
+    AdmittedResources,
+    SharedResource,
+)
 from kaizen_server_extension.tools import (
     MemberSafeError,
     ToolContext,
@@ -60,23 +64,36 @@ async def run_code(ctx: ToolContext, **arguments: Any) -> dict[str, Any]:
 
 
 def _resource_grant(ctx: ToolContext) -> ResourceGrant | None:
-    """The turn's admitted files and a fetcher of their exact versions as the member may read
-    them now (owner, or bound to this exact room), for the sandbox to verify and project."""
+    """The turn's admitted files (and the document versions request_document added) and a
+    fetcher of their exact versions as the member may read them now (owner, or bound to this
+    exact room; a document readable here), for the sandbox to verify and project."""
     admitted = ctx.services.resources
+    requested = ctx.services.requested_documents
     services = ctx.services.artifacts
-    if not admitted or services is None:
+    documents = ctx.services.documents
+    if not admitted and not requested:
         return None
     member, room = ctx.member, ctx.bundle.conversation_id
+    scope = ctx.services.knowledge_scope
 
     async def fetch(pinned: SharedResource) -> FetchedVersion:
+        # Each read as the member now: a file no longer readable refuses the call (R-455).
         try:
-            record = await services.store.resolve(member, pinned.reference_id,
-                                             version=pinned.version, room=room)
+            if pinned.kind == DOCUMENT_REFERENCE and documents is not None:
+                found = await documents.version_file(member, pinned.reference_id,
+                                                     pinned.version, room=room, scope=scope)
+                return FetchedVersion(found.version, found.media_type, found.content)
+            if pinned.kind != DOCUMENT_REFERENCE and services is not None:
+                record = await services.store.resolve(member, pinned.reference_id,
+                                                      version=pinned.version, room=room)
+                return FetchedVersion(record.version, record.mime, record.content)
         except NotFound:
             raise LookupError(pinned.reference_id) from None
-        return FetchedVersion(record.version, record.mime, record.content)
+        raise LookupError(pinned.reference_id)
 
-    return ResourceGrant(admitted, fetch)
+    # The admitted files, then the document versions request_document added this turn; the
+    # sandbox verifies the bytes of every one against this list's digest.
+    return ResourceGrant(AdmittedResources.of([*admitted.resources, *requested]), fetch)
 
 
 @hookimpl

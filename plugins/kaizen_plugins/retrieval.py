@@ -6,6 +6,10 @@ theirs reaches an audience it was not given to), intersected with the agent's kn
 which narrows and never widens (R-002). What comes back is evidence: passages with the chunk id
 and a citation the answer should carry, bounded in count and length.
 
+request_document (private turns whose catalog also has search and run_code, R-180) takes only
+a chunk id this turn's retrieval returned, re-resolves its parent document as the member now,
+and adds that exact version to the run's read-only run_code projection (R-181).
+
 A search that could reach no document at all is a failed call, not "no results" (R-372); a
 named document the caller cannot reach fails the call rather than being dropped, so naming
 documents never widens the search to the rest (R-373).
@@ -13,11 +17,13 @@ documents never widens the search to the rest (R-373).
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from pydantic import Field
 
 from kaizen_server_extension.protocol.errors import MemberError
+from kaizen_server_extension.resources import DOCUMENT_REFERENCE, MAX_ATTACHMENTS, SharedResource
 from kaizen_server_extension.tools import (
     Capability,
     MemberSafeError,
@@ -32,6 +38,9 @@ from kaizen_server_extension.tools.services import ConversationHistory, Document
 Query = Annotated[str, Field(min_length=1, max_length=500,
                              description="What to look for, in plain words.")]
 DocumentId = Annotated[str, Field(min_length=1, max_length=64)]
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._ -]+")
+#: Admitted attachments and requested documents together, in one turn's projection.
+MAX_PROJECTED = 2 * MAX_ATTACHMENTS
 NO_SUPPORT = ("Nothing in the searched documents matches. Say that the documents do not "
               "answer this rather than guessing.")
 
@@ -72,6 +81,7 @@ async def search(ctx: ToolContext, query: Query,
         raise MemberSafeError("No documents are available to search here, so nothing was "
                               "searched. The member can upload documents, or share them into "
                               "this conversation.", code="nothing_searchable")
+    ctx.services.retrieved_chunks.update(h.chunk_id for h in result.hits)
     body: dict[str, Any] = {"query": query, "searched_documents": result.searched,
                             "hits": [h.public() for h in result.hits]}
     if not result.hits:
@@ -97,6 +107,7 @@ async def query_document(ctx: ToolContext, document_id: DocumentId,
         if query:
             result = await documents.search(ctx.member, query, room=room, scope=scope,
                                             documents=[document_id], limit=8)
+            ctx.services.retrieved_chunks.update(h.chunk_id for h in result.hits)
             return {"document_id": document_id,
                     "hits": [h.public() for h in result.hits],
                     **({} if result.hits else {"note": NO_SUPPORT})}
@@ -104,6 +115,7 @@ async def query_document(ctx: ToolContext, document_id: DocumentId,
                                                     scope=scope, start=start)
     except MemberError as exc:
         raise MemberSafeError(exc.message, code=exc.code) from None
+    ctx.services.retrieved_chunks.update(p.chunk_id for p in passages)
     cite = f"kaizen:document/{record.id}/v{record.current_version}"
     return {"document_id": record.id, "title": record.title,
             "version": record.current_version, "chunks": record.chunks,
@@ -117,7 +129,7 @@ async def query_document(ctx: ToolContext, document_id: DocumentId,
 
 @tool(name="conversation_history_search", capability=Capability.READ, timeout_s=15,
       # The member's own prior rooms: never into a room with anyone else in it.
-      room_class=RoomClass.ACTOR_PRIVATE_READ, surface="history")
+      room_class=RoomClass.ACTOR_PRIVATE_READ, surface="history", private_room_only=True)
 async def conversation_history_search(ctx: ToolContext, query: Query,
                                       limit: Annotated[int, Field(ge=1, le=10)] = 5,
                                       ) -> dict[str, Any]:
@@ -132,8 +144,68 @@ async def conversation_history_search(ctx: ToolContext, query: Query,
             **({} if hits else {"note": "No earlier conversation matches."})}
 
 
+ChunkId = Annotated[str, Field(pattern=r"^[0-9a-f]{32}$",
+                               description="A chunk_id that search or query_document returned "
+                               "in this turn.")]
+_NOT_RETRIEVED = ("request_document takes only a chunk_id that search or query_document "
+                  "returned in this turn; a title, path or document id is not one. Search "
+                  "first, then pass a chunk_id from the results.")
+
+
+@tool(name="request_document", capability=Capability.READ, timeout_s=15,
+      # A private file projected for the member's own code: never in a room with others.
+      room_class=RoomClass.ACTOR_PRIVATE_READ, surface="documents",
+      requires=("search", "run_code"), private_room_only=True)
+async def request_document(ctx: ToolContext, chunk_id: ChunkId) -> dict[str, Any]:
+    """Make the document a retrieved passage belongs to readable by run_code in this turn:
+    its exact current version appears read-only in KAIZEN_SHARED_RESOURCES_DIR (listed in
+    KAIZEN_SHARED_RESOURCES_MANIFEST) on the next run_code call."""
+    if chunk_id not in ctx.services.retrieved_chunks:
+        raise MemberSafeError(_NOT_RETRIEVED, code="chunk_not_retrieved")
+    documents = _documents(ctx)
+    room, scope = ctx.bundle.conversation_id, ctx.services.knowledge_scope
+    try:
+        # Re-resolved now: the parent must still be readable here and this its current version.
+        chunk = await documents.resolve_chunk(ctx.member, chunk_id, room=room, scope=scope)
+        found = await documents.version_file(ctx.member, chunk.document_id, chunk.version,
+                                             room=room, scope=scope)
+    except MemberError as exc:
+        raise MemberSafeError(exc.message, code=exc.code) from None
+    requested = ctx.services.requested_documents
+    taken = {r.filename for r in (*ctx.services.resources.resources, *requested)}
+    existing = next((r for r in requested if r.reference_id == found.document_id), None)
+    if existing is not None and existing.version == found.version:
+        resource = existing
+    else:
+        if existing is not None:
+            requested.remove(existing)
+        resource = SharedResource(
+            reference_id=found.document_id, kind=DOCUMENT_REFERENCE, version=found.version,
+            sha256=found.sha256, filename=_flat_name(found.filename, taken),
+            media_type=found.media_type, size=found.size)
+        if len(ctx.services.resources.resources) + len(requested) >= MAX_PROJECTED:
+            raise MemberSafeError(f"At most {MAX_PROJECTED} files can be projected in one "
+                                  "turn.", code="too_many_documents")
+        requested.append(resource)
+    return {"document_id": resource.reference_id, "version": resource.version,
+            "filename": resource.filename, "media_type": resource.media_type,
+            "size": resource.size, "sha256": resource.sha256,
+            "note": "Read it in run_code from KAIZEN_SHARED_RESOURCES_DIR (read-only)."}
+
+
+def _flat_name(filename: str, taken: set[str]) -> str:
+    """A safe, flat file name (no separators, no leading dot) not already in the projection."""
+    name = _UNSAFE_NAME.sub("_", filename).strip(" ._")[:120] or "document"
+    candidate, n = name, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{n}-{name}"
+    return candidate
+
+
 @hookimpl
 def kaizen_register_tools(register: ToolRegistrar) -> None:
     register(search)
     register(query_document)
     register(conversation_history_search)
+    register(request_document)
