@@ -234,3 +234,57 @@ def test_long_text_is_cut_into_bounded_chunks() -> None:
     passages = chunks(extract("long.txt", body).segments)
     assert len(passages) > 10 and all(len(p.body) <= 1200 for p in passages)
     assert passages[0].locator.startswith("lines 1-")
+
+
+def test_a_pdf_is_chunked_by_page() -> None:
+    import io
+
+    from reportlab.pdfgen import canvas
+
+    buffer = io.BytesIO()
+    pdf = canvas.Canvas(buffer)
+    for words in ("Falcon migration starts in March.", "Osprey nests are counted in May."):
+        pdf.drawString(72, 720, words)
+        pdf.showPage()
+    pdf.save()
+    extracted = extract("birds.pdf", buffer.getvalue())
+    assert extracted.media_type == "application/pdf"
+    passages = chunks(extracted.segments)
+    assert [p.locator.split(",")[0] for p in passages] == ["page 1", "page 2"]
+    assert "Osprey" in passages[1].body
+
+
+def test_a_docx_is_read_paragraph_by_paragraph() -> None:
+    import io
+
+    import docx
+
+    document = docx.Document()
+    document.add_heading("Quarterly review", level=1)
+    document.add_paragraph("The kestrel programme met its target.")
+    buffer = io.BytesIO()
+    document.save(buffer)
+    extracted = extract("review.docx", buffer.getvalue())
+    assert "kestrel programme" in extracted.text and "Quarterly review" in extracted.text
+
+
+def test_without_pypdf_a_pdf_is_refused_and_nothing_else_changes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from kaizen_server_extension.protocol.errors import SchemaViolation
+
+    monkeypatch.setitem(sys.modules, "pypdf", None)  # import pypdf now raises ImportError
+    with pytest.raises(SchemaViolation) as refused:
+        extract("birds.pdf", b"%PDF-1.4")
+    assert refused.value.code == "document_type_unavailable"
+    assert extract("notes.txt", NOTES).text.startswith("Quarterly")
+
+
+def test_a_damaged_pdf_or_docx_is_refused() -> None:
+    from kaizen_server_extension.protocol.errors import SchemaViolation
+
+    for name in ("broken.pdf", "broken.docx"):
+        with pytest.raises(SchemaViolation) as refused:
+            extract(name, b"not really a file of that type")
+        assert refused.value.code == "document_unreadable"
