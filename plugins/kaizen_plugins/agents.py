@@ -20,7 +20,9 @@ GENERAL = AgentDefinition(
                   "begin_artifact", "append_artifact", "finalize_artifact",
                   "discard_artifact", "inspect_library", "manage_library",
                   "read_notebook", "inspect_notebook_kernel", "propose_notebook_edit",
-                  "inspect_tasks", "manage_tasks"),
+                  "inspect_tasks", "manage_tasks",
+                  # Kaizen's own documentation: a baseline read of every chat agent.
+                  "search_about"),
 )
 
 SEARCH = AgentDefinition(

@@ -30,3 +30,10 @@ def test_the_corpus_is_the_projects_docs_folder() -> None:
     paths = {s.path for s in SECTIONS}
     assert {"/docs/approvals.md", "/docs/architecture.md", "/docs/retrieval.md"} <= paths
     assert search_docs("zzzzqqqq") == []
+
+
+@pytest.mark.rule("R-182")
+def test_every_default_chat_agent_has_search_about() -> None:
+    from kaizen_plugins.agents import GENERAL, SEARCH
+
+    assert all("search_about" in agent.tool_ceiling for agent in (GENERAL, SEARCH))
