@@ -23,6 +23,7 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from kaizen_server_extension.host.store_ports import HeldCallAudit
+from kaizen_server_extension.policy.citations import check_citations, evidence_references
 from kaizen_server_extension.policy.redaction import redact, redact_text, withhold
 from kaizen_server_extension.protocol.authority import (
     AuthorityBundle,
@@ -266,6 +267,17 @@ class RunHost:
                         bundle.run_id)
             self._refused_answer = True
             return
+        if event.kind == "answer.committed":
+            # Citation discipline: a Kaizen reference the answer cites must be one this
+            # turn's own successful tool results carried; any other is removed before it is
+            # published (policy/citations.py).
+            checked = check_citations(str(data.get("text", "")), evidence_references(
+                r.content for r in self._settled if not r.failed))
+            if checked.removed:
+                log.warning("run %s: removed %d citation(s) not among this turn's evidence",
+                            bundle.run_id, len(checked.removed))
+                data["text"] = checked.text
+                data["citations_removed"] = len(checked.removed)
         await self._journal(bundle, event.kind, data,
                             steps=1 if event.kind == "model.step.started" else 0,
                             durable=False)

@@ -293,3 +293,28 @@ def test_search_about_answers_from_the_bundled_docs(
     assert results and all(r["path"].startswith("/docs/") for r in results)
     assert any(r["path"] == "/docs/approvals.md" for r in results)
     assert all(len(r["excerpt"]) <= 600 for r in results)
+
+
+@pytest.mark.rule("R-071")
+def test_an_answer_keeps_only_citations_the_turn_retrieved(
+        served: tuple[ServerProcess, FakeOpenAI]) -> None:
+    server, fake = served
+    with server.client("alice") as alice:
+        doc = _upload(alice, "lynx.txt", "Lynx sightings doubled in the northern valley.\n")
+        cited = next(h for h in _search(alice, "lynx sightings")["hits"]
+                     if h["document_id"] == doc["id"])["citation"]
+        room = _room(alice)
+    forged = f"kaizen:document/{doc['id']}/v1#chunk={'f' * 32}"
+    question = "how many lynx were seen?"
+    fake.load([{"match": question, "responses": [
+        {"tool_calls": [{"name": "search", "arguments": {"query": "lynx sightings"}}]},
+        {"text": f"Sightings doubled {cited}; the south stayed flat [Lynx, v1]({forged})."}]},
+        {"responses": [{"text": "Hello."}]}])
+    with server.client("alice") as alice:
+        accepted = _send(alice, room, question)
+        assert _settled(alice, accepted["run_id"], timeout=60)["status"] == "completed"
+        (committed,) = [e["data"] for e in _events(alice, room, accepted["run_id"])
+                        if e["type"] == "answer.committed"]
+    assert cited in committed["text"]  # retrieved in this turn: kept
+    assert forged not in committed["text"] and "[unverified citation removed]" in committed["text"]
+    assert committed["citations_removed"] == 1

@@ -1,0 +1,56 @@
+"""Citation discipline, enforced before an answer is published (R-071).
+
+Retrieval tools hand out citations whose targets are Kaizen references:
+``kaizen:document/<id>/v<version>#chunk=<chunk id>`` (search, query_document) and
+``kaizen:conversation/<id>#position=<n>`` (conversation_history_search). An answer may cite only
+what this turn's own successful tool results carried, verbatim: the trusted host checks every
+such reference in the answer against them before the answer is journaled. A reference the
+turn's evidence does not hold — made up, remembered from another turn, or planted — is removed
+from the published answer (its link text stays, marked), so a member never sees a citation
+the backend could not trace to a retrieved source.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+#: A Kaizen reference: the citation targets the retrieval tools produce.
+REFERENCE = re.compile(r"kaizen:(?:document|conversation)/[A-Za-z0-9_.-]{1,128}"
+                       r"(?:/v\d{1,10})?#(?:chunk=[0-9a-f]{32}|position=\d{1,19})")
+#: A Markdown link or bare mention of one.
+_LINK = re.compile(r"\[([^\]\n]{0,300})\]\((" + REFERENCE.pattern + r")\)|(" +
+                   REFERENCE.pattern + r")")
+UNVERIFIED = "[unverified citation removed]"
+
+
+@dataclass(frozen=True, slots=True)
+class CitationCheck:
+    text: str
+    verified: tuple[str, ...]
+    removed: tuple[str, ...]
+
+
+def evidence_references(contents: Iterable[str]) -> frozenset[str]:
+    """Every Kaizen reference the turn's successful tool results carried."""
+    return frozenset(ref for content in contents for ref in REFERENCE.findall(content))
+
+
+def check_citations(answer: str, evidence: frozenset[str]) -> CitationCheck:
+    """``answer`` with every Kaizen reference not in ``evidence`` removed."""
+    verified: list[str] = []
+    removed: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        label, linked, bare = match.group(1), match.group(2), match.group(3)
+        reference = linked or bare
+        if reference in evidence:
+            if reference not in verified:
+                verified.append(reference)
+            return match.group(0)
+        removed.append(reference)
+        return f"{label} {UNVERIFIED}" if linked and label else UNVERIFIED
+
+    text = _LINK.sub(replace, answer)
+    return CitationCheck(text, tuple(verified), tuple(removed))

@@ -1,0 +1,37 @@
+"""Citation discipline is enforced by the backend: an answer keeps only the Kaizen references
+this turn's own evidence carried (R-071)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kaizen_server_extension.policy.citations import (
+    UNVERIFIED,
+    check_citations,
+    evidence_references,
+)
+
+REAL = "kaizen:document/d1/v2#chunk=" + "a" * 32
+FORGED = "kaizen:document/d1/v2#chunk=" + "b" * 32
+OTHER_TURN = "kaizen:conversation/c9#position=4"
+EVIDENCE = [json.dumps({"hits": [{"chunk_id": "a" * 32,
+                                  "citation": f"[Policy, v2, lines 1-4]({REAL})"}]})]
+
+
+@pytest.mark.rule("R-071")
+def test_only_citations_found_in_the_turns_evidence_survive() -> None:
+    answer = (f"Economy is required [Policy, v2, lines 1-4]({REAL}). Business is fine "
+              f"[Policy, v2, lines 9-9]({FORGED}), as said before ({OTHER_TURN}).")
+    checked = check_citations(answer, evidence_references(EVIDENCE))
+    assert checked.verified == (REAL,) and checked.removed == (FORGED, OTHER_TURN)
+    assert f"[Policy, v2, lines 1-4]({REAL})" in checked.text
+    assert FORGED not in checked.text and OTHER_TURN not in checked.text
+    assert f"Policy, v2, lines 9-9 {UNVERIFIED}" in checked.text
+
+
+def test_an_answer_without_references_is_unchanged() -> None:
+    answer = "The documents do not say; nothing retrieved supports an answer."
+    checked = check_citations(answer, evidence_references(EVIDENCE))
+    assert checked.text == answer and checked.removed == ()
