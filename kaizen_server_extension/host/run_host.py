@@ -272,7 +272,7 @@ class RunHost:
             # turn's own successful tool results carried; any other is removed before it is
             # published (policy/citations.py).
             checked = check_citations(str(data.get("text", "")), evidence_references(
-                r.content for r in self._settled if not r.failed))
+                (r.name, r.content) for r in self._settled if not r.failed))
             if checked.removed:
                 log.warning("run %s: removed %d citation(s) not among this turn's evidence",
                             bundle.run_id, len(checked.removed))

@@ -2,9 +2,10 @@
 
 Retrieval tools hand out citations whose targets are Kaizen references:
 ``kaizen:document/<id>/v<version>#chunk=<chunk id>`` (search, query_document) and
-``kaizen:conversation/<id>#position=<n>`` (conversation_history_search). An answer may cite only
-what this turn's own successful tool results carried, verbatim: the trusted host checks every
-such reference in the answer against them before the answer is journaled. A reference the
+``kaizen:conversation/<id>#position=<n>`` (conversation_history_search). An answer may cite
+only what this turn's own successful retrieval results carried in their ``citation`` fields:
+the trusted host checks every such reference in the answer against them before the answer is
+journaled. A reference the
 turn's evidence does not hold — made up, remembered from another turn, or planted — is removed
 from the published answer (its link text stays, marked), so a member never sees a citation
 the backend could not trace to a retrieved source.
@@ -12,9 +13,11 @@ the backend could not trace to a retrieved source.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 #: A Kaizen reference: the citation targets the retrieval tools produce.
 REFERENCE = re.compile(r"kaizen:(?:document|conversation)/[A-Za-z0-9_.-]{1,128}"
@@ -32,9 +35,37 @@ class CitationCheck:
     removed: tuple[str, ...]
 
 
-def evidence_references(contents: Iterable[str]) -> frozenset[str]:
-    """Every Kaizen reference the turn's successful tool results carried."""
-    return frozenset(ref for content in contents for ref in REFERENCE.findall(content))
+#: The tools whose results carry citations: their own ``citation`` fields, never the text
+#: they quote, are the turn's citable sources.
+CITING_TOOLS = frozenset({"search", "query_document", "conversation_history_search"})
+
+
+def evidence_references(results: Iterable[tuple[str, str]]) -> frozenset[str]:
+    """Every Kaizen reference in a ``citation`` field of this turn's successful results of the
+    citing tools, given as (tool name, content). A reference inside a quoted passage (a
+    document can contain any text, a forged reference included) is not evidence of itself."""
+    found: set[str] = set()
+    for name, content in results:
+        if name not in CITING_TOOLS:
+            continue
+        try:
+            body = json.loads(content)
+        except ValueError:
+            continue
+        found.update(ref for value in _citations(body) for ref in REFERENCE.findall(value))
+    return frozenset(found)
+
+
+def _citations(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "citation" and isinstance(item, str):
+                yield item
+            else:
+                yield from _citations(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _citations(item)
 
 
 def check_citations(answer: str, evidence: frozenset[str]) -> CitationCheck:
