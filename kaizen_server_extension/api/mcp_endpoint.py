@@ -32,7 +32,8 @@ PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 MAX_BODY_BYTES = 1024 * 1024
 SERVER_INFO = {"name": "kaizen", "title": "Kaizen for Jupyter", "version": "1"}
 INSTRUCTIONS = ("The tools of this server read the authenticated Jupyter member's own Kaizen "
-                "data (artifacts, Library, tasks, agents). They only read.")
+                "data (artifacts, Library, documents, conversations, tasks, "
+                "agents). They only read.")
 
 # JSON-RPC error codes.
 PARSE_ERROR = -32700

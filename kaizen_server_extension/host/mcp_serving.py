@@ -42,10 +42,12 @@ VIA = "mcp_server"
 
 def servable(descriptor: ToolDescriptor) -> bool:
     """A plain read that needs no run: declared read, no write category, offered by default
-    (not grant-only), allowed in a private turn, and not a run-only presentation tool."""
+    (not grant-only), needing no other tool beside it in a run (request_document), allowed in
+    a private turn, and not a run-only presentation tool."""
     return (descriptor.capability is Capability.READ
             and descriptor.write_category is WriteCategory.NONE
             and not descriptor.explicit_grant_only
+            and not descriptor.requires_tools
             and descriptor.room_class is not RoomClass.UNKNOWN
             and descriptor.surface not in RUN_ONLY_SURFACES)
 

@@ -309,7 +309,8 @@ class PipelineToolBackend:
         """The services a call outside any run gets (Kaizen's own MCP endpoint): the member's
         stores, no kernel, no run catalog, no conversation resources."""
         return ToolServices(artifacts=self._artifacts, agents=self._agents,
-                            notebooks=self._notebooks, tasks=self._task_tools)
+                            notebooks=self._notebooks, tasks=self._task_tools,
+                            documents=self._documents, history=self._history)
 
     def catalog(self, *, agent: AgentRecord, conversation: ConversationRecord, member: str,
                 request_text: str = "", profile: PromptProfile = FULL,

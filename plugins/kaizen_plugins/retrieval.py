@@ -53,6 +53,12 @@ def _documents(ctx: ToolContext) -> DocumentLibrary:
     return documents
 
 
+def _room(ctx: ToolContext) -> str | None:
+    """The run's room; none for a call outside any run (Kaizen's own MCP endpoint), which
+    reaches what the member may read, as their own REST search does."""
+    return ctx.bundle.conversation_id or None
+
+
 def _history(ctx: ToolContext) -> ConversationHistory:
     history = ctx.services.history
     if history is None:
@@ -73,8 +79,8 @@ async def search(ctx: ToolContext, query: Query,
     a citation; cite the passages you use, and say so when nothing supports an answer."""
     try:
         result = await _documents(ctx).search(
-            ctx.member, query, room=ctx.bundle.conversation_id,
-            scope=ctx.services.knowledge_scope, documents=document_ids, limit=limit)
+            ctx.member, query, room=_room(ctx), scope=ctx.services.knowledge_scope,
+            documents=document_ids, limit=limit)
     except MemberError as exc:
         raise MemberSafeError(exc.message, code=exc.code) from None
     if not result.searched:
@@ -102,7 +108,7 @@ async def query_document(ctx: ToolContext, document_id: DocumentId,
     """Read one document the member may read: its passages in order, or those matching a
     query. Each passage has a chunk_id and a citation."""
     documents = _documents(ctx)
-    room, scope = ctx.bundle.conversation_id, ctx.services.knowledge_scope
+    room, scope = _room(ctx), ctx.services.knowledge_scope
     try:
         if query:
             result = await documents.search(ctx.member, query, room=room, scope=scope,
@@ -136,8 +142,7 @@ async def conversation_history_search(ctx: ToolContext, query: Query,
     """Find earlier conversations of the member about something: the matching message, the
     answer it got, and a citation of the conversation. This conversation is not searched."""
     try:
-        hits = await _history(ctx).search(ctx.member, query,
-                                          exclude=ctx.bundle.conversation_id, limit=limit)
+        hits = await _history(ctx).search(ctx.member, query, exclude=_room(ctx), limit=limit)
     except MemberError as exc:
         raise MemberSafeError(exc.message, code=exc.code) from None
     return {"query": query, "results": [h.public() for h in hits],
@@ -163,7 +168,7 @@ async def request_document(ctx: ToolContext, chunk_id: ChunkId) -> dict[str, Any
     if chunk_id not in ctx.services.retrieved_chunks:
         raise MemberSafeError(_NOT_RETRIEVED, code="chunk_not_retrieved")
     documents = _documents(ctx)
-    room, scope = ctx.bundle.conversation_id, ctx.services.knowledge_scope
+    room, scope = _room(ctx), ctx.services.knowledge_scope
     try:
         # Re-resolved now: the parent must still be readable here and this its current version.
         chunk = await documents.resolve_chunk(ctx.member, chunk_id, room=room, scope=scope)

@@ -24,7 +24,9 @@ from tests.lanes.test_turns import _send, _settled
 from tests.support.server import ServerProcess, member_token
 
 SERVED = {"inspect_library", "inspect_tasks", "list_available_agents", "read_artifact",
-          "read_notebook"}
+          "read_notebook",
+          # Retrieval (docs/retrieval.md); request_document needs a run's search and run_code.
+          "search", "query_document", "conversation_history_search", "search_about"}
 SCRIPTS: list[dict[str, Any]] = [
     {"match": "save my note", "responses": [
         {"tool_calls": [{"name": "create_artifact", "arguments": {
