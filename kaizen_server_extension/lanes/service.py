@@ -174,6 +174,8 @@ class LaneService:
         # Runs whose holder's liveness lock was seen gone, and when (monotonic).
         self._suspects: dict[tuple[str, int], float] = {}
         self._draining: dict[str, asyncio.Task[None]] = {}
+        # Rooms woken while their drain was running (it claims once more before stopping).
+        self._woken: set[str] = set()
         self._runs: dict[str, tuple[asyncio.Task[Any], asyncio.Event]] = {}
         self._recovery: asyncio.Task[None] | None = None
         # Runs this process took over from a dead holder, while they carry on here.
@@ -220,6 +222,9 @@ class LaneService:
             return
         task = self._draining.get(conversation_id)
         if task is not None and not task.done():
+            # The drain looks once more before it stops: this wake may have come after its
+            # last claim found nothing (an input accepted meanwhile is never left waiting).
+            self._woken.add(conversation_id)
             return
         with log_context(conversation_id=conversation_id):
             self._draining[conversation_id] = asyncio.create_task(
@@ -229,8 +234,11 @@ class LaneService:
     async def _drain(self, conversation_id: str) -> None:
         try:
             while not self._closing:
+                self._woken.discard(conversation_id)
                 run = await self.lane.claim_next(conversation_id, self.owner, self.lease)
                 if run is None:
+                    if conversation_id in self._woken:
+                        continue  # woken while claiming: an input may have come since
                     return  # idle, or another run (maybe another process's) is active
                 await self._execute(run)
         except Exception:

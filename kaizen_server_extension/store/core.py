@@ -201,16 +201,20 @@ class Database:
         """What ``run`` ran so far (session transactions are not included)."""
         return self._units.counts
 
-    async def run(self, unit: Unit[T], *, write: bool = True, durable: bool = True) -> T:
+    async def run(self, unit: Unit[T], *, write: bool = True, durable: bool = True,
+                  single_statement: bool = False) -> T:
         """Run ``unit`` as one transaction of its own, straight on the driver
         (store/units.py); observers see its appends once it commits.
 
         A unit that started runs to its end even when the caller is cancelled meanwhile, so a
         committed append is always published and the caller never guesses whether it
         committed. ``durable=False`` lets it commit without waiting for the log flush
-        (PostgreSQL; see units.py); ``write=False`` runs it read-only.
+        (PostgreSQL; see units.py); ``write=False`` runs it read-only. ``single_statement``:
+        the unit (a write) is one statement, which on PostgreSQL runs as its own implicit
+        transaction and holds its row locks only while it executes (units.py).
         """
-        done = asyncio.ensure_future(self._units.run(unit, write=write, durable=durable))
+        done = asyncio.ensure_future(self._units.run(unit, write=write, durable=durable,
+                                                     single_statement=single_statement))
         done.add_done_callback(self._publish_unit)
         result, _appended = await asyncio.shield(done)
         return result

@@ -6,6 +6,7 @@ opens its own transaction unless handed a :class:`~kaizen_server_extension.store
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -301,6 +302,7 @@ class InputRepository(_Repository):
         written (store/attachments.py).
         """
         from kaizen_server_extension.store.attachments import AttachmentStore
+        from kaizen_server_extension.store.inputs import NewInput, accept_input
 
         digest = text_digest(text)
         if idempotency_key is not None:
@@ -308,43 +310,27 @@ class InputRepository(_Repository):
                                          tuple(attachments))
             if earlier is not None:
                 return earlier
+        new = NewInput(conversation_id, member, text, digest, kind, idempotency_key,
+                       input_id=new_id(), run_id=new_id())
+        accepted: AcceptedInputRecord | None
         try:
-            async with self.store.transaction() as tx:
-                conv = await self.store.conversations.get_for(conversation_id, member, tx)
-                pinned = await AttachmentStore(self.store).pin(tx, member, conversation_id,
-                                                               list(attachments))
-                member_row = await tx.session.get(m.Member, member)
-                position = (await tx.session.execute(
-                    update(m.Conversation).where(m.Conversation.id == conversation_id)
-                    .values(last_position=m.Conversation.last_position + 1)
-                    .returning(m.Conversation.last_position)
-                )).scalar_one()
-                input_id, run_id, now = new_id(), new_id(), utcnow()
-                # A steering message carries the steering member's server-resolved model.
-                model = member_row.model if (member_row and kind == "steering") else None
-                tx.session.add(m.AcceptedInput(
-                    id=input_id, conversation_id=conversation_id, position=position, kind=kind,
-                    member=member, text=text, text_digest=digest,
-                    idempotency_key=idempotency_key, model=model, created_at=now,
-                ))
-                await tx.session.flush()
-                AttachmentStore.record(tx, input_id, pinned)
-                tx.session.add(m.Run(
-                    id=run_id, conversation_id=conversation_id, input_id=input_id,
-                    input_position=position, member=member, status="queued", fence=0,
-                    steps=0, tool_calls=0, created_at=now,
-                ))
-                event_type = "steering.accepted" if kind == "steering" else "input.accepted"
-                await tx.append_event(
-                    conversation_id, event_type, member,
-                    {"input_id": input_id, "position": position, "text": text, "kind": kind,
-                     "audience_version": conv.audience_version,
-                     # Identity only (no bytes): what the panel shows as attached.
-                     **({"attachments": [r.identity() for r in pinned]} if pinned else {})},
-                    run_id=run_id,
-                )
-                return AcceptedInputRecord(input_id, conversation_id, position, kind, member,
-                                           run_id, digest, idempotency_key, created=True)
+            if attachments:
+                async with self.store.transaction() as tx:
+                    await self.store.conversations.get_for(conversation_id, member, tx)
+                    pinned = await AttachmentStore(self.store).pin(tx, member, conversation_id,
+                                                                   list(attachments))
+                    accepted = await tx.run(accept_input(
+                        dataclasses.replace(new, attachments=tuple(
+                            r.identity() for r in pinned)),
+                        now=utcnow(), notify=tx.notifies))
+                    if accepted is not None:
+                        AttachmentStore.record(tx, new.input_id, pinned)
+            else:
+                # The common case: one statement (PostgreSQL), the room's row locked only
+                # while it runs (store/inputs.py).
+                accepted = await self.store.run(
+                    accept_input(new, now=utcnow(), notify=self.store.notifies),
+                    single_statement=True)
         except IntegrityError:
             # Two requests with one key raced: the loser answers what the winner wrote.
             if idempotency_key is None:
@@ -354,6 +340,9 @@ class InputRepository(_Repository):
             if earlier is None:
                 raise
             return earlier
+        if accepted is None:
+            raise NotFound("No such conversation.", code="conversation_not_found")
+        return accepted
 
     async def _by_key(self, conversation_id: str, member: str, key: str, digest: str,
                       attachments: tuple[str, ...] = ()) -> AcceptedInputRecord | None:

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Float, bindparam, literal, or_, select, text, update
+from sqlalchemy import Float, bindparam, exists, literal, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
@@ -175,6 +175,43 @@ def settled(run_id: str, status: str, reason: str, actor: str, *, fence: int | N
     return True
 
 
+_QUEUED = _RUNS.alias("queued_runs")
+_CLAIMS = _RUNS.alias("active_runs")
+_RUN_COLUMNS = (_RUNS.c.id, _RUNS.c.conversation_id, _RUNS.c.input_id, _RUNS.c.input_position,
+                _RUNS.c.member, _RUNS.c.agent_version_id, _RUNS.c.audience_version,
+                _RUNS.c.resource_digest, _RUNS.c.catalog_digest, _RUNS.c.model,
+                _RUNS.c.status, _RUNS.c.reason, _RUNS.c.fence, _RUNS.c.steps,
+                _RUNS.c.tool_calls, _RUNS.c.lease_owner)
+# The room's oldest queued run becomes its active one, unless one is active already: then
+# nothing matches (no error to raise and catch on every wake of a busy room). Two claims
+# racing both pass the NOT EXISTS; the row lock makes the second see the first's status,
+# and the partial unique index on active runs stays the database's last word (R-024).
+_CLAIM = (
+    update(_RUNS)
+    .where(_RUNS.c.id == select(_QUEUED.c.id)
+           .where(_QUEUED.c.conversation_id == bindparam("b_conversation_id"),
+                  _QUEUED.c.status == "queued")
+           .order_by(_QUEUED.c.input_position).limit(1).scalar_subquery(),
+           _RUNS.c.status == "queued",
+           ~exists().where(_CLAIMS.c.conversation_id == bindparam("b_conversation_id"),
+                           or_(*(_CLAIMS.c.status == status for status in ACTIVE))))
+    .values(status="running", fence=_RUNS.c.fence + 1, lease_owner=bindparam("b_owner"),
+            lease_expires_at=_DatabaseClock(bindparam("b_lease_s", type_=Float())),
+            started_at=bindparam("b_now"))
+    .returning(*_RUN_COLUMNS)
+)
+
+
+def claimed(conversation_id: str, owner: str, lease: timedelta) -> Unit[RunRecord | None]:
+    """Claim the room's oldest queued run as ``owner`` for ``lease``; None when the room is
+    idle or has an active run."""
+    rows = yield from fetch(_CLAIM, {"b_conversation_id": conversation_id, "b_owner": owner,
+                                     "b_lease_s": lease.total_seconds(), "b_now": utcnow()})
+    if not rows:
+        return None
+    return RunRecord(*rows[0])
+
+
 @dataclass(frozen=True, slots=True)
 class Admission:
     """The authority bundle columns written when a claimed run is admitted."""
@@ -207,26 +244,9 @@ class RunLane:
         even from another server process (R-024, R-027).
         """
         try:
-            async with self.store.transaction() as tx:
-                next_id = (await tx.session.execute(
-                    select(m.Run.id)
-                    .where(m.Run.conversation_id == conversation_id, m.Run.status == "queued")
-                    .order_by(m.Run.input_position)
-                    .limit(1)
-                )).scalar_one_or_none()
-                if next_id is None:
-                    return None
-                now = utcnow()
-                claimed = (await tx.session.execute(
-                    update(m.Run)
-                    .where(m.Run.id == next_id, m.Run.status == "queued")
-                    .values(status="running", fence=m.Run.fence + 1, lease_owner=owner,
-                            lease_expires_at=database_clock(lease), started_at=now)
-                    .returning(m.Run)
-                )).scalar_one_or_none()
-                return run_record(claimed) if claimed is not None else None
+            return await self.store.run(claimed(conversation_id, owner, lease))
         except IntegrityError:
-            return None  # another run of this room is active
+            return None  # another run of this room became active meanwhile
 
     async def admit(self, run_id: str, fence: int, admission: Admission,
                     event_data: dict[str, Any]) -> bool:

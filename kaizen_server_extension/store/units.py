@@ -31,13 +31,14 @@ import logging
 import sqlite3
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Generator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import asyncpg
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -141,8 +142,11 @@ class DirectRunner(ABC):
         return statement
 
     @abstractmethod
-    async def run(self, unit: Unit[T], *, write: bool,
-                  durable: bool) -> tuple[T, list[EventRecord]]: ...
+    async def run(self, unit: Unit[T], *, write: bool, durable: bool,
+                  single_statement: bool = False) -> tuple[T, list[EventRecord]]:
+        """Run ``unit`` as one transaction. ``single_statement``: the unit is one statement,
+        which may run as its own implicit transaction (PostgreSQL: see
+        :meth:`PostgresRunner.run`); elsewhere it runs as any unit."""
 
     async def dispose(self) -> None:
         return None
@@ -236,8 +240,8 @@ class SQLiteRunner(DirectRunner):
         async with asyncio.timeout(WRITER_GATE_TIMEOUT_S), self._gate():
             yield
 
-    async def run(self, unit: Unit[T], *, write: bool,
-                  durable: bool) -> tuple[T, list[EventRecord]]:
+    async def run(self, unit: Unit[T], *, write: bool, durable: bool,
+                  single_statement: bool = False) -> tuple[T, list[EventRecord]]:
         gate = self._gate()
         if gate.locked():
             async with self.writer_gate():
@@ -300,8 +304,11 @@ class SQLiteRunner(DirectRunner):
             query = stepping.next_query()
             while query is not None:
                 statement = self.statement_for(query.clause)
-                query = stepping.next_query(
-                    db.execute(statement.sql, statement.arguments(query.params)).fetchall())
+                try:
+                    rows = db.execute(statement.sql, statement.arguments(query.params)).fetchall()
+                except sqlite3.IntegrityError as error:
+                    raise IntegrityError(statement.sql, None, error) from error
+                query = stepping.next_query(rows)
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
@@ -348,16 +355,72 @@ def _checkpoint_passive(db: sqlite3.Connection) -> None:
 #: waiting for the WAL flush: a later durable commit flushes it, and only a crash of the
 #: database server in between loses it (docs/architecture.md, "Durability").
 _PG_BEGIN = {
-    (True, True): "BEGIN",
-    (True, False): "BEGIN; SET LOCAL synchronous_commit TO off",
-    (False, True): "BEGIN READ ONLY",
-    (False, False): "BEGIN READ ONLY",
+    # (write, durable, the session's synchronous_commit is off): see KaizenConnection.
+    (True, True, False): "BEGIN",
+    (True, False, False): "BEGIN; SET LOCAL synchronous_commit TO off",
+    (True, True, True): "BEGIN; SET LOCAL synchronous_commit TO DEFAULT",
+    (True, False, True): "BEGIN",
+    **{(False, durable, off): "BEGIN READ ONLY" for durable in (True, False)
+       for off in (True, False)},
 }
 
 # Raised by asyncpg (or the socket under it) when the pooled connection is gone, e.g. after the
 # database restarted; before BEGIN succeeded nothing was done, so the unit can run again.
 _DISCONNECTED = (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
                  asyncpg.exceptions.AdminShutdownError)
+
+
+class KaizenConnection(asyncpg.Connection):
+    """A unit pool's connection, knowing its session's ``synchronous_commit``: off once it
+    has run a single-statement unit (which then needs no SET of its own); every durable
+    transaction on it then says ``SET LOCAL synchronous_commit TO DEFAULT`` in its BEGIN."""
+
+    commits_async = False
+
+    def mark_commits_async(self) -> None:
+        self.commits_async = True
+
+
+class GroupFlush:
+    """Waits until every commit that returned before :meth:`wait` was called is flushed.
+
+    Waiters arriving while a barrier runs wait for the next one (the running one may have
+    begun before their commit); all who arrived meanwhile share that next one. So a process
+    runs at most one barrier at a time, and a burst of commits a few barriers in all."""
+
+    def __init__(self, barrier: Callable[[], Awaitable[None]]) -> None:
+        self._barrier = barrier
+        self._waiting: list[asyncio.Future[None]] = []
+        self._draining: asyncio.Task[None] | None = None
+
+    async def wait(self) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        if self._draining is None:
+            self._draining = asyncio.ensure_future(self._drain())
+        await waiter
+
+    async def _drain(self) -> None:
+        try:
+            while self._waiting:
+                batch, self._waiting = self._waiting, []
+                try:
+                    await self._barrier()
+                except BaseException as error:
+                    for waiter in batch:
+                        if not waiter.done():
+                            waiter.set_exception(error)
+                    if not isinstance(error, Exception):
+                        raise
+                else:
+                    for waiter in batch:
+                        if not waiter.done():
+                            waiter.set_result(None)
+        finally:
+            self._draining = None
+            for waiter in self._waiting:  # only when cancelled, at shutdown
+                if not waiter.done():
+                    waiter.set_exception(asyncpg.InterfaceError("the store is closing"))
 
 
 class PostgresRunner(DirectRunner):
@@ -372,6 +435,7 @@ class PostgresRunner(DirectRunner):
         self._pool_size = pool_size
         self._pool: asyncpg.Pool | None = None
         self._starting = asyncio.Lock()
+        self._flush = GroupFlush(self._barrier)
 
     async def _connections(self) -> asyncpg.Pool:
         if self._pool is None:
@@ -387,16 +451,32 @@ class PostgresRunner(DirectRunner):
                         url.render_as_string(hide_password=False), min_size=1,
                         max_size=2 * self._pool_size,
                         server_settings={"search_path": search_path},
-                        reset=_end_open_transaction)
+                        reset=_end_open_transaction, connection_class=KaizenConnection)
         return self._pool
 
-    async def run(self, unit: Unit[T], *, write: bool,
-                  durable: bool) -> tuple[T, list[EventRecord]]:
+    async def run(self, unit: Unit[T], *, write: bool, durable: bool,
+                  single_statement: bool = False) -> tuple[T, list[EventRecord]]:
+        """One BEGIN … COMMIT; or, ``single_statement`` (a write), the unit's one statement
+        as its own implicit transaction.
+
+        A single statement holds its row locks only while the database executes it: no
+        round trip to this process (whose event loop may be busy) comes between the
+        statement and its commit. Nor does its commit hold them across the WAL flush: the
+        connection runs it with ``synchronous_commit`` off, and when ``durable`` the caller
+        then waits for a WAL barrier (:class:`GroupFlush`) that starts after the commit, so
+        hears back only once the statement is on disk. A burst of statements queued at one
+        row lock so pays for its flushes outside the lock, a few barriers for all of them.
+        """
         pool = await self._connections()
+        if single_statement:
+            result = await self._single(pool, unit)
+            if durable:
+                await self._flush.wait()
+            return result
         for attempt in (1, 2):
             async with pool.acquire() as pg:
                 try:
-                    await pg.execute(_PG_BEGIN[(write, durable)])
+                    await pg.execute(_PG_BEGIN[(write, durable, pg.commits_async)])
                 except _DISCONNECTED:
                     pg.terminate()
                     if attempt == 2:
@@ -404,6 +484,52 @@ class PostgresRunner(DirectRunner):
                     continue
                 return await self._run_begun(pg, unit)
         raise AssertionError("unreachable")
+
+    async def _single(self, pool: asyncpg.Pool, unit: Unit[T]) -> tuple[T, list[EventRecord]]:
+        for attempt in (1, 2):
+            async with pool.acquire() as pg:
+                if not pg.commits_async:
+                    # This connection's first single statement: its session's setting is
+                    # off from now on (its durable transactions then say "on" themselves).
+                    try:
+                        await pg.execute("SET synchronous_commit TO off")
+                    except _DISCONNECTED:
+                        pg.terminate()
+                        if attempt == 2:
+                            raise
+                        continue
+                    pg.mark_commits_async()
+                return await self._run_single(pg, unit)
+        raise AssertionError("unreachable")
+
+    async def _run_single(self, pg: asyncpg.Connection,
+                          unit: Unit[T]) -> tuple[T, list[EventRecord]]:
+        self.counts.transactions += 1
+        stepping = _Stepping(unit)
+        try:
+            query = stepping.next_query()
+            if query is not None:
+                statement = self.statement_for(query.clause)
+                arguments = statement.arguments(query.params)
+                try:
+                    rows = await pg.fetch(statement.sql, *arguments)
+                except asyncpg.IntegrityConstraintViolationError as error:
+                    raise IntegrityError(statement.sql, None, error) from error
+                if stepping.next_query([tuple(row) for row in rows]) is not None:
+                    raise ValueError("a single-statement unit asked for a second statement")
+        finally:
+            stepping.close()
+        return stepping.outcome()
+
+    async def _barrier(self) -> None:
+        """Commit a WAL record, flushed before the commit returns: a transactional
+        logical-decoding message, which any role may emit and which changes no table. Its
+        commit record follows every commit that returned before it began."""
+        pool = await self._connections()
+        async with pool.acquire() as pg:
+            prefix = "SET LOCAL synchronous_commit TO DEFAULT; " if pg.commits_async else ""
+            await pg.execute(f"BEGIN; {prefix}"
+                             "SELECT pg_logical_emit_message(true, 'kaizen', 'flush'); COMMIT")
 
     async def _run_begun(self, pg: asyncpg.Connection,
                          unit: Unit[T]) -> tuple[T, list[EventRecord]]:
@@ -413,7 +539,10 @@ class PostgresRunner(DirectRunner):
             query = stepping.next_query()
             while query is not None:
                 statement = self.statement_for(query.clause)
-                rows = await pg.fetch(statement.sql, *statement.arguments(query.params))
+                try:
+                    rows = await pg.fetch(statement.sql, *statement.arguments(query.params))
+                except asyncpg.IntegrityConstraintViolationError as error:
+                    raise IntegrityError(statement.sql, None, error) from error
                 query = stepping.next_query([tuple(row) for row in rows])
             await pg.execute("COMMIT")
         except BaseException:

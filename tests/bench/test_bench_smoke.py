@@ -42,6 +42,9 @@ BENCHES: dict[str, tuple[list[str], int, set[str]]] = {
     "e2e_overhead": (["--n", "1", "--rooms", "3"], 2, {"bench", "db", "figure"}),
     "search": (["--n", "5", "--chunks", "200", "--docs", "4"], 2,
                COMMON | {"figure", "chunks", "ratio"}),
+    "accept_latency": (["--n", "3", "--spread-n", "4", "--rooms", "2", "--trials", "1"], 2,
+                       COMMON | {"figure", "p50_ms", "p95_ms", "max_ms", "baseline_p95_ms",
+                                 "ratio", "turns_per_s", "violations"}),
 }
 
 FIGURE_KEYS: dict[tuple[str, str], set[str]] = {

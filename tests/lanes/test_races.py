@@ -233,7 +233,7 @@ def test_100_concurrent_messages_through_two_servers_run_once_each_in_fifo_order
                 done = sum(e["type"] == "run.terminal" for e in events)
                 return events if done >= MESSAGES else None
 
-            events = _wait_for("all runs to settle", all_settled, 90, servers[0])
+            events = _wait_for("all runs to settle", all_settled, 180, servers[0])
             elapsed_s = time.monotonic() - started
             time.sleep(0.3)  # anything extra (a second run of an input) would show up now
             events = _journal(alice, room)

@@ -159,3 +159,63 @@ async def test_a_changed_system_agent_gets_a_new_version(store: Store) -> None:
                                                      mode="chat", tool_ceiling=["a", "b"])
     assert changed.version == 2 and changed.tool_ceiling == ("a", "b")
     assert changed.version_id != first.version_id
+
+
+async def test_a_non_participants_message_is_refused_and_nothing_is_written(
+    store: Store,
+) -> None:
+    room = await _room(store)
+    await store.members.ensure("mallory")
+    before = await _counts(store, room)
+    with pytest.raises(NotFound):
+        await store.inputs.accept(room, "mallory", "let me in", kind="message",
+                                  idempotency_key=None)
+    with pytest.raises(NotFound):
+        await store.inputs.accept("no-such-room", "alice", "hello", kind="message",
+                                  idempotency_key=None)
+    # The refused acceptance bumped no counter and wrote no row (the check is in the
+    # acceptance's own UPDATE, store/inputs.py).
+    assert await _counts(store, room) == before
+    accepted = await store.inputs.accept(room, "alice", "hello", kind="message",
+                                         idempotency_key=None)
+    assert accepted.position == 1
+
+
+async def _counts(store: Store, room: str) -> tuple[int, ...]:
+    async with store.engine.connect() as conn:
+        row = (await conn.execute(text(
+            "SELECT c.last_position, c.last_seq, "
+            "(SELECT count(*) FROM accepted_inputs WHERE conversation_id = c.id), "
+            "(SELECT count(*) FROM runs WHERE conversation_id = c.id), "
+            "(SELECT count(*) FROM journal WHERE conversation_id = c.id) "
+            "FROM conversations c WHERE c.id = :room"), {"room": room})).one()
+    return tuple(int(v) for v in row)
+
+
+@pytest.mark.rule("R-024", "R-025")
+async def test_concurrent_claims_make_one_run_active_and_take_inputs_in_order(
+    store: Store,
+) -> None:
+    from datetime import timedelta
+
+    from kaizen_server_extension.store.runs import RunLane
+
+    room = await _room(store)
+    accepted = [await store.inputs.accept(room, "alice", f"m{i}", kind="message",
+                                          idempotency_key=None) for i in range(3)]
+    lane = RunLane(store)
+    order = []
+    for _ in accepted:
+        # Ten claimers at once, as two replicas' lanes and recovery loops would be.
+        claims = await asyncio.gather(*(lane.claim_next(room, f"claimer-{i}",
+                                                        timedelta(seconds=30))
+                                        for i in range(10)))
+        won = [c for c in claims if c is not None]
+        assert len(won) == 1
+        order.append(won[0].input_position)
+        # While it is active, nobody claims the room's next input.
+        assert await lane.claim_next(room, "late", timedelta(seconds=30)) is None
+        assert await lane.settle(won[0].id, "completed", "answered", "test",
+                                 fence=won[0].fence)
+    assert order == [1, 2, 3]
+    assert await lane.claim_next(room, "idle", timedelta(seconds=30)) is None

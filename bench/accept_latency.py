@@ -1,0 +1,349 @@
+"""Accept latency under a burst: ``POST conversations/{id}/messages`` answered while many
+senders post at once, through real servers (issue 21, item 3).
+
+On PostgreSQL two server replicas share one schema (started one after the other: the first
+migrates it) and the scripted OpenAI-compatible server on loopback; on SQLite one server
+(the embedded store is one machine's). Every sender has its own keep-alive connection, opened
+before the clock starts, and the posts alternate between the replicas. Figures, one JSON line
+each:
+
+* ``figure: "one_room"``: ``--n`` messages (default 100) posted at once into one room;
+* ``figure: "rooms"``: ``--spread-n`` messages (default 50) posted at once over ``--rooms``
+  rooms (default 10), round robin.
+
+Per figure: ``p50_ms``, ``p95_ms``, ``max_ms`` of each post (sent → 202 read, as the sender
+sees it), ``target_p95_ms`` 50 and ``meets_target``; ``turns_per_s`` = messages / (the last
+``run.terminal`` - the first send), each turn a one-step text answer. The baseline is the
+same burst of authenticated ``GET members/me`` (no store work) on the same connections in the
+same run: ``baseline_p50_ms``, ``baseline_p95_ms``, and ``ratio`` = ``p95_ms /
+baseline_p95_ms``. Every figure checks what the burst must not break (docs/architecture.md):
+each input accepted once with its own gap-free position, admitted in position order, one
+terminal each (completed), never two runs of a room active (admissions and terminals
+alternate in the journal); ``violations`` counts the broken ones (it must be 0).
+
+    .venv/bin/python bench/accept_latency.py [--db sqlite|postgresql|both] [--n 100]
+        [--spread-n 50] [--rooms 10] [--trials 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(BENCH_DIR))
+
+from benchkit import emit, parse_args, postgres_unavailable, skipped  # noqa: E402
+
+from kaizen_server_extension.store.engine import sqlite_url_for  # noqa: E402
+from kaizen_server_extension.testing.fake_openai import FakeOpenAI  # noqa: E402
+from tests.support.server import (  # noqa: E402
+    ServerProcess,
+    member_token,
+    start_server,
+)
+
+BENCH = "accept_latency"
+TARGET_P95_MS = 50.0
+MEMBER = "alice"
+TEXT = "accept bench message"
+SCRIPTS: list[dict[str, Any]] = [{"match": TEXT, "responses": [{"text": "Accepted."}]}]
+SETTLE_TIMEOUT_S = 300.0
+
+
+def _pctl(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
+    return ordered[rank]
+
+
+@contextmanager
+def replicas(db: str, pg_url: str, fake: FakeOpenAI) -> Iterator[list[ServerProcess]]:
+    """Two replicas on one fresh PostgreSQL schema, or one server on a fresh SQLite file."""
+    with tempfile.TemporaryDirectory(prefix="kaizen-accept-bench-") as tmp, ExitStack() as stack:
+        root = Path(tmp)
+        url, schema = sqlite_url_for(root / "kaizen.db"), None
+        if db == "postgresql":
+            url, schema = pg_url, "kzbench_" + uuid.uuid4().hex[:12]
+            stack.callback(lambda: asyncio.run(_drop_schema(pg_url, schema)))
+        env = {"KAIZEN_MODEL_BASE_URL": fake.base_url, "KAIZEN_MODEL": "fake-model",
+               "KAIZEN_LOG_LEVEL": "WARNING"}
+        servers: list[ServerProcess] = []
+
+        def stop_all() -> None:
+            for server in servers:
+                server.stop()
+
+        stack.callback(stop_all)
+        # One after the other: the first migrates the schema.
+        for name in ("a", "b") if db == "postgresql" else ("a",):
+            servers.append(start_server(root / f"replica-{name}", url, schema, extra_env=env))
+        yield servers
+
+
+async def _drop_schema(pg_url: str, schema: str) -> None:
+    from kaizen_server_extension.store import create_engine
+
+    engine = create_engine(pg_url)
+    try:
+        async with engine.begin() as conn:
+            await conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await engine.dispose()
+
+
+Request = tuple[str, str, dict[str, Any] | None]
+
+
+class Senders:
+    """One keep-alive connection per sender, each bound to one replica (round robin).
+
+    ``client="raw"`` (the default) writes each request's bytes, built before the clock
+    starts, on an asyncio stream and reads the answer back; ``"httpx"`` sends it through an
+    ``httpx.AsyncClient`` per sender. httpx costs its process ≈ 1 to 2 ms of CPU per request on
+    this machine, so a burst of 100 from one process waits ≈ 0.1 to 0.2 s for its own client
+    before the servers matter: the raw sender keeps the instrument out of the figure. Both
+    measure the same span (sent → the whole answer read) for the posts and the baseline.
+    """
+
+    def __init__(self, servers: list[ServerProcess], count: int, client: str) -> None:
+        self.client = client
+        self.bases = [servers[i % len(servers)].base_url + "kaizen/api/"
+                      for i in range(count)]
+        self.headers = {"Authorization": f"token {member_token(MEMBER)}"}
+        self.clients: list[httpx.AsyncClient] = []
+        self.streams: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def open(self) -> None:
+        if self.client == "httpx":
+            self.clients = [httpx.AsyncClient(
+                base_url=base, headers=self.headers, timeout=60,
+                limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
+                for base in self.bases]
+            return
+        for base in self.bases:
+            url = httpx.URL(base)
+            self.streams.append(await asyncio.open_connection(url.host, url.port))
+
+    async def close(self) -> None:
+        await asyncio.gather(*(c.aclose() for c in self.clients))
+        for _, writer in self.streams:
+            writer.close()
+            await writer.wait_closed()
+
+    def _raw_request(self, i: int, method: str, path: str,
+                     body: dict[str, Any] | None) -> bytes:
+        url = httpx.URL(self.bases[i]).join(path)
+        payload = json.dumps(body).encode() if body is not None else b""
+        head = [f"{method} {url.raw_path.decode()} HTTP/1.1", f"Host: {url.host}:{url.port}",
+                *(f"{k}: {v}" for k, v in self.headers.items()),
+                f"Content-Length: {len(payload)}"]
+        if body is not None:
+            head.append("Content-Type: application/json")
+        return ("\r\n".join(head) + "\r\n\r\n").encode() + payload
+
+    async def _raw(self, i: int, request: bytes) -> tuple[int, bytes]:
+        reader, writer = self.streams[i]
+        writer.write(request)
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        length = next(int(line.split(":", 1)[1]) for line in lines[1:]
+                      if line.lower().startswith("content-length:"))
+        return status, await reader.readexactly(length)
+
+    async def burst(self, requests: list[Request],
+                    ) -> tuple[list[float], list[dict[str, Any]], float]:
+        """Send request i on connection i, all at once; each one's latency (ms), its JSON
+        answer, and the wall-clock time of the first send."""
+        start = asyncio.Event()
+        raw = [self._raw_request(i, *r) for i, r in enumerate(requests)] \
+            if self.client == "raw" else []
+
+        async def one(i: int) -> tuple[float, dict[str, Any]]:
+            method, path, body = requests[i]
+            await start.wait()
+            sent = time.perf_counter()
+            if raw:
+                status, content = await self._raw(i, raw[i])
+            else:
+                response = await self.clients[i].request(method, path, json=body)
+                status, content = response.status_code, response.content
+            elapsed = (time.perf_counter() - sent) * 1000
+            if status not in (200, 202):
+                raise RuntimeError(f"{method} {path}: {status} {content[:300]!r}")
+            return elapsed, dict(json.loads(content))
+
+        tasks = [asyncio.create_task(one(i)) for i in range(len(requests))]
+        await asyncio.sleep(0)  # every sender waits at the gate
+        first_sent = time.time()
+        start.set()
+        done = await asyncio.gather(*tasks)
+        return [d[0] for d in done], [d[1] for d in done], first_sent
+
+
+def _journal(client: httpx.Client, room: str) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        page = client.get(f"conversations/{room}/journal",
+                          params={"after": after, "limit": 1000})
+        page.raise_for_status()
+        batch = page.json()["events"]
+        if not batch:
+            return events
+        events.extend(batch)
+        after = page.json()["next"]
+
+
+def _settled(client: httpx.Client, rooms: dict[str, int]) -> dict[str, list[dict[str, Any]]]:
+    """Each room's journal once its runs (``rooms[room]`` of them) have all settled."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    journals: dict[str, list[dict[str, Any]]] = {}
+    for room, expected in rooms.items():
+        while True:
+            events = _journal(client, room)
+            if sum(e["type"] == "run.terminal" for e in events) >= expected:
+                journals[room] = events
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"room {room}: runs did not settle")
+            time.sleep(0.05)
+    time.sleep(0.3)  # anything extra (a second run of an input) would show up now
+    return {room: _journal(client, room) for room in rooms}
+
+
+def _violations(accepted: list[dict[str, Any]],
+                journals: dict[str, list[dict[str, Any]]]) -> int:
+    """How many of the burst's guarantees a room broke (0 when all held)."""
+    broken = 0
+    for room, events in journals.items():
+        mine = [a for a in accepted if a["conversation_id"] == room]
+        position_of = {a["run_id"]: a["position"] for a in mine}
+        admitted = [e["run_id"] for e in events if e["type"] == "run.admitted"]
+        terminals = [e for e in events if e["type"] == "run.terminal"]
+        lifecycle = [(e["type"], e["run_id"]) for e in events
+                     if e["type"] in ("run.admitted", "run.terminal")]
+        seqs = [e["seq"] for e in events]
+        checks = [
+            len(position_of) == len(mine),  # one run per input
+            sorted(position_of.values()) == list(range(1, len(mine) + 1)),  # gap-free
+            sorted(admitted) == sorted(position_of),  # each admitted once
+            [position_of[r] for r in admitted] == sorted(position_of.values()),  # FIFO
+            sorted(e["run_id"] for e in terminals) == sorted(position_of),  # one terminal
+            all(e["data"]["status"] == "completed" for e in terminals),
+            lifecycle == [(k, r) for r in admitted for k in ("run.admitted", "run.terminal")],
+            seqs == list(range(1, len(seqs) + 1)),  # the journal gap-free
+        ]
+        broken += checks.count(False)
+    return broken
+
+
+def _at(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(event["at"]).timestamp()
+
+
+async def _bursts(servers: list[ServerProcess], client: str, posts: list[Request],
+                  ) -> tuple[list[float], list[float], list[dict[str, Any]], float]:
+    """On fresh connections: a burst of ``GET members/me`` that opens them, the baseline
+    burst, then the posts."""
+    senders = Senders(servers, len(posts), client)
+    try:
+        await senders.open()
+        me: list[Request] = [("GET", "members/me", None)] * len(posts)
+        await senders.burst(me)
+        bare, _, _ = await senders.burst(me)
+        took, accepted, first_sent = await senders.burst(posts)
+        return bare, took, accepted, first_sent
+    finally:
+        await senders.close()
+
+
+def figure(db: str, servers: list[ServerProcess], name: str, messages: int, rooms: int,
+           trials: int, client: str) -> None:
+    latencies: list[float] = []
+    baseline: list[float] = []
+    rates: list[float] = []
+    trial_p95: list[float] = []
+    violations = 0
+    with servers[0].client(MEMBER) as sync:
+        for _ in range(trials):
+            room_ids = []
+            for _ in range(rooms):
+                created = sync.post("conversations", json={"agent_id": "general"})
+                created.raise_for_status()
+                room_ids.append(str(created.json()["id"]))
+
+            posts: list[Request] = [
+                ("POST", f"conversations/{room_ids[i % rooms]}/messages",
+                 {"text": f"{TEXT} {i}"}) for i in range(messages)]
+            bare, took, accepted, first_sent = asyncio.run(_bursts(servers, client, posts))
+            for i, answer in enumerate(accepted):
+                answer["conversation_id"] = room_ids[i % rooms]
+            expected = {r: sum(1 for i in range(messages) if i % rooms == k)
+                        for k, r in enumerate(room_ids)}
+            journals = _settled(sync, expected)
+            last = max(_at(e) for events in journals.values() for e in events
+                       if e["type"] == "run.terminal")
+            rates.append(messages / (last - first_sent))
+            violations += _violations(accepted, journals)
+            latencies.extend(took)
+            trial_p95.append(round(_pctl(took, 95), 1))
+            baseline.extend(bare)
+    p95, bare_p95 = _pctl(latencies, 95), _pctl(baseline, 95)
+    emit({
+        "bench": BENCH, "figure": name, "db": db, "replicas": len(servers), "client": client,
+        "messages": messages, "rooms": rooms, "trials": trials, "n": len(latencies),
+        "p50_ms": round(statistics.median(latencies), 2), "p95_ms": round(p95, 2),
+        "max_ms": round(max(latencies), 2), "trial_p95_ms": trial_p95,
+        "target_p95_ms": TARGET_P95_MS,
+        "meets_target": p95 <= TARGET_P95_MS,
+        "turns_per_s": round(statistics.median(rates), 2),
+        "baseline_p50_ms": round(statistics.median(baseline), 2),
+        "baseline_p95_ms": round(bare_p95, 2),
+        "ratio": round(p95 / bare_p95, 2) if bare_p95 > 0 else None,
+        "violations": violations,
+    })
+
+
+def _extra(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--spread-n", type=int, default=50,
+                        help="messages of the spread burst (default 50)")
+    parser.add_argument("--rooms", type=int, default=10,
+                        help="rooms the spread burst goes to (default 10)")
+    parser.add_argument("--client", choices=("raw", "httpx"), default="raw",
+                        help="how the senders send (default raw; see Senders)")
+    parser.add_argument("--trials", type=int, default=3,
+                        help="bursts per figure, each into fresh rooms (default 3)")
+
+
+def main() -> None:
+    args = parse_args(__doc__ or BENCH, default_n=100, extra=_extra)
+    for db in ("sqlite", "postgresql") if args.db == "both" else (args.db,):
+        if db == "postgresql":
+            reason = asyncio.run(postgres_unavailable(args.pg_url))
+            if reason is not None:
+                skipped(BENCH, db, reason)
+                continue
+        with FakeOpenAI(SCRIPTS) as fake, replicas(db, args.pg_url, fake) as servers:
+            figure(db, servers, "one_room", args.n, 1, args.trials, args.client)
+            figure(db, servers, "rooms", args.spread_n, args.rooms, args.trials, args.client)
+
+
+if __name__ == "__main__":
+    main()
