@@ -21,13 +21,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -65,7 +69,8 @@ def _pctl(values: list[float], q: float) -> float:
 
 
 @contextmanager
-def served(db: str, pg_url: str, fake: FakeOpenAI) -> Iterator[ServerProcess]:
+def served(db: str, pg_url: str, fake: FakeOpenAI,
+           cprofile: str | None = None) -> Iterator[ServerProcess]:
     with tempfile.TemporaryDirectory(prefix="kaizen-e2e-bench-") as tmp:
         root = Path(tmp)
         schema = None
@@ -75,7 +80,8 @@ def served(db: str, pg_url: str, fake: FakeOpenAI) -> Iterator[ServerProcess]:
         server = start_server(root / "server", url, schema, extra_env={
             "KAIZEN_MODEL_BASE_URL": fake.base_url, "KAIZEN_MODEL": "fake-model",
             "KAIZEN_PLUGINS": "e2e_bench_plugin", "PYTHONPATH": f"{BENCH_DIR}:{ROOT}",
-            "AGENT_LOOP_MAX_CYCLES": str(TOOL_STEPS + 4), "KAIZEN_LOG_LEVEL": "WARNING"})
+            "AGENT_LOOP_MAX_CYCLES": str(TOOL_STEPS + 4), "KAIZEN_LOG_LEVEL": "WARNING",
+            **({"KAIZEN_PROFILE": f"{cprofile}.{db}.prof"} if cprofile else {})})
         try:
             yield server
         finally:
@@ -108,7 +114,20 @@ def _journal(client: httpx.Client, room: str) -> list[dict[str, Any]]:
     return events
 
 
-def _wait_terminal(client: httpx.Client, room: str, timeout: float = 120) -> list[dict[str, Any]]:
+def _wait_requests(fake: FakeOpenAI, count: int, timeout: float = 300) -> None:
+    """Until the model has been asked ``count`` times. Read in this process, not by polling
+    the server: a poll is a request served on the very loop the turn runs on."""
+    deadline = time.monotonic() + timeout
+    while fake.request_count < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the model saw {fake.request_count} of {count} requests")
+        time.sleep(0.005)
+
+
+def _wait_terminal(client: httpx.Client, room: str, timeout: float = 120,
+                   poll_s: float = 0.02) -> list[dict[str, Any]]:
+    """The room's journal once its run settled (callers first wait for the model's last
+    request, so this polls once or twice)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         events = _journal(client, room)
@@ -118,8 +137,76 @@ def _wait_terminal(client: httpx.Client, room: str, timeout: float = 120) -> lis
             if status != "completed":
                 raise RuntimeError(f"bench turn ended {status}: {terminal[-1]['data']}")
             return events
-        time.sleep(0.02)
+        time.sleep(poll_s)
     raise RuntimeError("bench turn did not settle")
+
+
+def _cpu_s(pid: int) -> float:
+    """The process's CPU time so far (user + system, all threads), from /proc; 0 elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def profiled(pid: int, path: str | None, db: str) -> Iterator[None]:
+    """``py-spy record`` attached to the server while the block runs (``--profile``): the
+    collapsed stacks go to ``PATH.<db>.txt`` and a summary (bench/pyspy_summary.py) is
+    printed to stderr. py-spy is a development tool, not a dependency: without it the block
+    runs unprofiled."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if path is None or not Path(spy).exists():
+        if path is not None:
+            print("py-spy not found: running unprofiled", file=sys.stderr)
+        yield
+        return
+    out = f"{path}.{db}.txt"
+    recorder = subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "500", "--format",
+                                 "raw", "--output", out, "--nonblocking"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # attached before the first measured turn
+    try:
+        yield
+    finally:
+        recorder.send_signal(signal.SIGINT)
+        recorder.wait(30)
+        from pyspy_summary import summarize
+
+        print(summarize(Path(out).read_text()), file=sys.stderr)
+
+
+@contextmanager
+def cprofiled(server: ServerProcess, path: str | None, db: str) -> Iterator[None]:
+    """The server's own cProfile of its loop thread (KAIZEN_PROFILE, ``--cprofile``) over the
+    block: started and written by signals; a summary goes to stderr."""
+    if path is None:
+        yield
+        return
+    out = Path(f"{path}.{db}.prof")
+    out.unlink(missing_ok=True)
+    server.process.send_signal(signal.SIGUSR1)
+    time.sleep(0.2)
+    try:
+        yield
+    finally:
+        server.process.send_signal(signal.SIGUSR2)
+        deadline = time.monotonic() + 30
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        import io
+        import pstats
+
+        text = io.StringIO()
+        stats = pstats.Stats(str(out), stream=text)
+        stats.sort_stats("tottime").print_stats(30)
+        stats.sort_stats("cumulative").print_stats("kaizen_server_extension", 40)
+        print(text.getvalue(), file=sys.stderr)
+        gc_path = Path(f"{out}.gc.json")
+        if gc_path.exists():
+            print("garbage collections while profiling:", gc_path.read_text(), file=sys.stderr)
 
 
 def _at(event: dict[str, Any]) -> float:
@@ -138,18 +225,27 @@ def _replay_s(base_url: str, bodies: list[dict[str, Any]]) -> float:
         return time.perf_counter() - start
 
 
-def per_step_overhead(db: str, server: ServerProcess, fake: FakeOpenAI, n: int) -> None:
+def per_step_overhead(db: str, server: ServerProcess, fake: FakeOpenAI, n: int,
+                      profile: str | None = None, cprofile: str | None = None) -> None:
     kaizen_ms: list[float] = []
     replay_ms: list[float] = []
     overhead_ms: list[float] = []
-    with server.client("alice") as alice:
+    cpu_ms: list[float] = []
+    pid = server.process.pid
+    with server.client("alice") as alice, ExitStack() as spying:
         alice.put("members/me/settings", json={"approval_mode": "never_ask"}).raise_for_status()
         for i in range(n + 1):  # the first turn warms the server's caches and is not counted
+            if i == 1:
+                spying.enter_context(profiled(pid, profile, db))
+                spying.enter_context(cprofiled(server, cprofile, db))
             httpx.post(fake.base_url.removesuffix("/v1") + "/_fake/reset").raise_for_status()
             room = _room(alice)
+            cpu_before = _cpu_s(pid)
             alice.post(f"conversations/{room}/messages",
                        json={"text": STEPS_TEXT}).raise_for_status()
+            _wait_requests(fake, TOOL_STEPS + 1)
             events = _wait_terminal(alice, room)
+            cpu_turn = _cpu_s(pid) - cpu_before
             admitted = next(e for e in events if e["type"] == "run.admitted")
             terminal = next(e for e in events if e["type"] == "run.terminal")
             bodies = httpx.get(fake.base_url.removesuffix("/v1") + "/_fake/requests").json()[
@@ -160,6 +256,7 @@ def per_step_overhead(db: str, server: ServerProcess, fake: FakeOpenAI, n: int) 
             bare_s = _replay_s(fake.base_url, bodies)
             if i == 0:
                 continue
+            cpu_ms.append(cpu_turn * 1000)
             kaizen_ms.append(turn_s * 1000)
             replay_ms.append(bare_s * 1000)
             overhead_ms.append((turn_s - bare_s) * 1000 / TOOL_STEPS)
@@ -171,10 +268,13 @@ def per_step_overhead(db: str, server: ServerProcess, fake: FakeOpenAI, n: int) 
         "turn_p50_ms": round(statistics.median(kaizen_ms), 2),
         "baseline_replay_p50_ms": round(statistics.median(replay_ms), 2),
         "ratio": round(statistics.median(kaizen_ms) / statistics.median(replay_ms), 3),
+        # The server's own CPU time over a turn (message POST to terminal seen, its few
+        # journal polls included) per tool step: what load on the machine does not move.
+        "server_cpu_per_step_p50_ms": round(statistics.median(cpu_ms) / TOOL_STEPS, 3),
     })
 
 
-def turns_throughput(db: str, server: ServerProcess, rooms: int) -> None:
+def turns_throughput(db: str, server: ServerProcess, fake: FakeOpenAI, rooms: int) -> None:
     members = list(MEMBERS)
     clients = {m: server.client(m) for m in members}
     try:
@@ -196,7 +296,9 @@ def turns_throughput(db: str, server: ServerProcess, rooms: int) -> None:
                     return sent
                 return await asyncio.gather(*(one(m, r) for m, r in placed))
 
+        fake.reset()
         first_sent = min(asyncio.run(send_all()))
+        _wait_requests(fake, 2 * rooms)
         last_terminal = 0.0
         for member, room in placed:
             events = _wait_terminal(clients[member], room, timeout=300)
@@ -214,6 +316,13 @@ def turns_throughput(db: str, server: ServerProcess, rooms: int) -> None:
 def _extra(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rooms", type=int, default=50,
                         help="rooms sent one message each at once (default 50)")
+    parser.add_argument("--profile", metavar="PATH",
+                        help="py-spy the server during the measured turns: PATH.<db>.txt")
+    parser.add_argument("--cprofile", metavar="PATH",
+                        help="the server's cProfile of its loop thread (CPU time) during the "
+                        "measured turns: PATH.<db>.prof")
+    parser.add_argument("--skip-throughput", action="store_true",
+                        help="measure the per-step figure only")
 
 
 def main() -> None:
@@ -224,9 +333,10 @@ def main() -> None:
             if reason is not None:
                 skipped(BENCH, db, reason)
                 continue
-        with FakeOpenAI(SCRIPTS) as fake, served(db, args.pg_url, fake) as server:
-            per_step_overhead(db, server, fake, args.n)
-            turns_throughput(db, server, args.rooms)
+        with FakeOpenAI(SCRIPTS) as fake, served(db, args.pg_url, fake, args.cprofile) as server:
+            per_step_overhead(db, server, fake, args.n, args.profile, args.cprofile)
+            if not args.skip_throughput:
+                turns_throughput(db, server, fake, args.rooms)
 
 
 if __name__ == "__main__":

@@ -202,6 +202,9 @@ class KaizenSettings(BaseModel):
     KAIZEN_LOG_FORMAT: Literal["text", "json"] = "text"
     #: Seconds between two reads of the open runs for /metrics.
     KAIZEN_METRICS_INTERVAL_SECONDS: Annotated[float, Field(ge=1, le=3600)] = 15.0
+    #: Development only: a path for a cProfile of the event loop's thread (CPU time), taken
+    #: between SIGUSR1 and SIGUSR2 (kaizen_server_extension/profiling.py); empty: off.
+    KAIZEN_PROFILE: str = ""
 
     # --- run_code kernels ------------------------------------------------------------------
     KAIZEN_KERNEL_CONSOLE: bool = True

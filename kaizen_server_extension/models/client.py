@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -19,6 +21,10 @@ from kaizen_server_extension.models.sse import DONE, iter_sse_data
 from kaizen_server_extension.protocol.model import StepEvent, StepSnapshot
 
 log = logging.getLogger(__name__)
+
+#: What is read (and ignored) after ``[DONE]`` while the response runs to its end.
+MAX_EVENTS_AFTER_DONE = 8
+DRAIN_AFTER_DONE_S = 0.05
 
 
 class ModelGateway:
@@ -142,7 +148,8 @@ async def _stream_events(
     response: httpx.Response, assembler: StepAssembler
 ) -> AsyncIterator[StepEvent | ToolArgumentsDelta]:
     saw_done = False
-    async for data in iter_sse_data(response.aiter_lines()):
+    events = iter_sse_data(response.aiter_lines())
+    async for data in events:
         if data.strip() == DONE:
             saw_done = True
             break
@@ -152,8 +159,24 @@ async def _stream_events(
     # servers omit [DONE], but a stream that just ends without either was cut short.
     if not saw_done and assembler.finish_reason is None:
         raise errors.step_error(errors.STREAM_INTERRUPTED)
+    if saw_done:
+        await _read_to_end(events)
     for event in assembler.finish():
         yield event
+
+
+async def _read_to_end(events: AsyncIterator[str]) -> None:
+    """Read what follows ``[DONE]`` (normally only the end of the body, already received)
+    so the connection goes back to the pool: a response closed mid-body is dropped, and the
+    next step would connect anew. Whatever comes is ignored; a server that does not end the
+    body promptly, or breaks the connection now, is cut off as before: the step is whole."""
+    with contextlib.suppress(TimeoutError, httpx.TransportError):
+        async with asyncio.timeout(DRAIN_AFTER_DONE_S):
+            seen = 0
+            async for _ in events:
+                seen += 1
+                if seen > MAX_EVENTS_AFTER_DONE:
+                    return
 
 
 async def _read_error_body(response: httpx.Response) -> Any:

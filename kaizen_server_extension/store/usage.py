@@ -6,6 +6,11 @@ serialize too), an in-process lock on SQLite, which is single-process by design.
 released on every exit path — success, provider error, cancellation — because it is a
 transaction or a context manager, never a flag. With the cap at 0 there is no lock and no
 lookup; usage is still recorded after the call.
+
+Recording a call's tokens is one unit (store/units.py), an upsert of the member's row for the
+day: it runs after every model step, so it is on the turn's hot path. Like the other records
+of a model step it need not wait for PostgreSQL's log flush (docs/architecture.md,
+"Durability").
 """
 
 from __future__ import annotations
@@ -16,12 +21,38 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.core import Tx
 from kaizen_server_extension.store.store import Store
+from kaizen_server_extension.store.units import Unit, fetch
+
+_USAGE = m.Base.metadata.tables[m.TokenUsage.__tablename__]
+# The day's row is created or bumped in one statement (both databases spell the upsert
+# alike); a member without a row in ``members`` records nothing, as the lookup before did.
+# The WHERE of the SELECT is also what lets SQLite parse an upsert from a SELECT.
+_ADD_TOKENS = text(
+    "INSERT INTO token_usage (member, day, tokens) "
+    "SELECT :b_member, :b_day, :b_tokens WHERE EXISTS "
+    "(SELECT 1 FROM members WHERE members.id = :b_member) "
+    "ON CONFLICT (member, day) DO UPDATE SET tokens = token_usage.tokens + excluded.tokens"
+).bindparams(bindparam("b_member", type_=_USAGE.c.member.type),
+             bindparam("b_day", type_=_USAGE.c.day.type),
+             bindparam("b_tokens", type_=_USAGE.c.tokens.type))
+_USED = (select(_USAGE.c.tokens)
+         .where(_USAGE.c.member == bindparam("b_member"), _USAGE.c.day == bindparam("b_day")))
+
+
+def add_tokens(member: str, day: str, tokens: int) -> Unit[None]:
+    """Add ``tokens`` to the member's usage of ``day``."""
+    yield from fetch(_ADD_TOKENS, {"b_member": member, "b_day": day, "b_tokens": tokens})
+
+
+def used_tokens(member: str, day: str) -> Unit[int]:
+    rows = yield from fetch(_USED, {"b_member": member, "b_day": day})
+    return int(rows[0][0] or 0) if rows else 0
 
 
 class DailyTokenCapReached(Exception):
@@ -77,12 +108,7 @@ class UsageLedger:
                 await self._add(member, meter.tokens)
 
     async def used(self, member: str) -> int:
-        async with self._store.transaction() as tx:
-            value = (await tx.session.execute(
-                select(m.TokenUsage.tokens)
-                .where(m.TokenUsage.member == member, m.TokenUsage.day == today())
-            )).scalar_one_or_none()
-            return int(value or 0)
+        return await self._store.run(used_tokens(member, today()), write=False)
 
     async def _ensure_row(self, member: str) -> None:
         try:
@@ -95,9 +121,7 @@ class UsageLedger:
     async def _add(self, member: str, tokens: int) -> None:
         if tokens <= 0:
             return
-        await self._ensure_row(member)
-        async with self._store.transaction() as tx:
-            await self._increment(tx, member, tokens)
+        await self._store.run(add_tokens(member, today(), tokens), durable=False)
 
     @staticmethod
     async def _increment(tx: Tx, member: str, tokens: int) -> None:

@@ -695,6 +695,7 @@ class FakeOpenAI:
         self._started = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
+        self._state: FakeState | None = None
         self._failure: BaseException | None = None
         self.port = 0
         self._thread = threading.Thread(target=self._run, name="fake-openai", daemon=True)
@@ -725,6 +726,12 @@ class FakeOpenAI:
         response.raise_for_status()
         requests: list[dict[str, Any]] = response.json()["requests"]
         return requests
+
+    @property
+    def request_count(self) -> int:
+        """How many chat completion requests arrived since the last reset, read without a
+        request of its own (a bench waits on it instead of polling the server under test)."""
+        return len(self._state.requests) if self._state is not None else 0
 
     def load(self, scenario: Any) -> None:
         """Replace the scenario (validated locally first for a readable error)."""
@@ -763,7 +770,7 @@ class FakeOpenAI:
 
     async def _main(self) -> None:
         scripts, api_key, models = self._setup
-        state = FakeState(scripts=scripts, api_key=api_key, models=models)
+        state = self._state = FakeState(scripts=scripts, api_key=api_key, models=models)
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         server, self.port = await serve(state)
