@@ -351,6 +351,8 @@ class FakeState:
     requests: list[Any] = field(default_factory=list)
     hits: dict[tuple[int, int], int] = field(default_factory=dict)
     completions_served: int = 0
+    # The client end (host, port) of each connection a completion request came on.
+    connections: set[tuple[str, int]] = field(default_factory=set)
     closing: asyncio.Event = field(default_factory=asyncio.Event)
 
     def reset(self) -> None:
@@ -541,6 +543,10 @@ class ChatCompletionsHandler(_FakeHandler):
             self.send_json(400, _fake_error("invalid_json", "request body must be an object"))
             return
         self.state.requests.append(body)
+        stream = getattr(self.request.connection, "stream", None)
+        peer = stream.socket.getpeername() if stream is not None and stream.socket else None
+        if peer is not None:
+            self.state.connections.add((str(peer[0]), int(peer[1])))
         if self.state.api_key is not None and (
             self.request.headers.get("Authorization") != f"Bearer {self.state.api_key}"
         ):
@@ -726,6 +732,11 @@ class FakeOpenAI:
         response.raise_for_status()
         requests: list[dict[str, Any]] = response.json()["requests"]
         return requests
+
+    @property
+    def connection_count(self) -> int:
+        """How many client connections completion requests arrived on since start."""
+        return len(self._state.connections) if self._state is not None else 0
 
     @property
     def request_count(self) -> int:

@@ -300,3 +300,20 @@ async def test_list_models_reads_the_provider_catalog(
     fake = fake_openai_factory(models=["small", "large"])
 
     assert await gateway_for(fake).list_models() == ["small", "large"]
+
+
+async def test_consecutive_steps_reuse_one_connection_to_the_model(
+    fake_openai_factory: FakeFactory, gateway_for: GatewayFactory
+) -> None:
+    """A streamed step is read to the end of its body, so the next step's request goes out
+    on the same kept-alive connection instead of connecting anew."""
+    fake = fake_openai_factory([{"responses": [{"tool_calls": [
+        {"name": "get_weather", "arguments": {"city": "Oslo"}}]}] * 3 + [{"text": "done"}]}])
+    gateway = gateway_for(fake)
+
+    for _ in range(4):
+        events = await collect(gateway, snapshot_for("hi"))
+        assert finished_of(events).finish_reason in ("tool_calls", "stop")
+
+    assert fake.request_count == 4
+    assert fake.connection_count == 1
