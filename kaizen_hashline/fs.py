@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kaizen_hashline.errors import HashlineError
+from kaizen_hashline.limits import MAX_PATH_CHARS as MAX_PATH_CHARS
 
 log = logging.getLogger(__name__)
 
 MAX_FILE_BYTES = 2 * 1024 * 1024
-MAX_PATH_CHARS = 1024
 MAX_DEPTH = 32
 MAX_COMPONENT_CHARS = 255
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

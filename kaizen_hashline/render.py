@@ -6,9 +6,9 @@ import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from kaizen_hashline.limits import MAX_READ_LINES as MAX_READ_LINES
 from kaizen_hashline.recovery import runs
 
-MAX_READ_LINES = 400
 MAX_READ_CHARS = 120_000
 MAX_LINE_CHARS = 4000
 MAX_DIFF_LINES = 400

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from kaizen_hashline.errors import HashlineError
+from kaizen_hashline.limits import MAX_PROGRAM_CHARS as MAX_PROGRAM_CHARS
 
-MAX_PROGRAM_CHARS = 4 * 1024 * 1024
 MAX_SECTIONS = 64
 MAX_ITEMS = 2000
 MAX_RANGE_LINES = 100_000

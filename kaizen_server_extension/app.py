@@ -152,6 +152,7 @@ class KaizenApp(ExtensionApp):
     _run_code: Any = None
     _gateway: Any = None
     _warming: Any = None
+    _stack_probe: Any = None
     _environment_settings: KaizenSettings | None = None
 
     def _link_jupyter_server_extension(self, serverapp: Any) -> None:
@@ -468,7 +469,10 @@ class KaizenApp(ExtensionApp):
         self._run_code = service
         await service.start()
         if service.config.gateway is None:
-            await self._log_kernel_stack(service)
+            # A line for the operator, from a probe of the kernels' interpreter (a process
+            # of its own): it need not hold up the server's readiness.
+            self._stack_probe = asyncio.get_running_loop().create_task(
+                self._log_kernel_stack(service), name="kaizen-kernel-stack")
         # Persistent kernels can be attached to the Jupyter server's kernel manager for a
         # console (withdrawn when their lease lets them go; api/kernel_console.py).
         from kaizen_kernel.console import KernelConsoles
@@ -543,6 +547,8 @@ class KaizenApp(ExtensionApp):
     async def stop_extension(self) -> None:
         if getattr(self, "kaizen", None) is None:
             return  # start-up was refused before anything was opened
+        if self._stack_probe is not None and not self._stack_probe.done():
+            self._stack_probe.cancel()
         if self._run_code is not None:
             await self._run_code.close()
         await default_run_metrics().stop_sampler()

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import re
 import threading
 from collections.abc import Awaitable, Callable
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import Connection, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+# ``revision = "0013"`` / ``down_revision: str | None = "0011"`` in a migration file.
+_REVISION_LINE = re.compile(r"^(revision|down_revision)\s*(?::[^=]*)?=\s*(?P<value>[^#]+)")
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
 
@@ -72,7 +78,48 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+@cache
+def shipped_revisions() -> tuple[frozenset[str], frozenset[str]]:
+    """(heads, every revision) of the migrations this code ships, read from the migration
+    files' ``revision`` / ``down_revision`` lines without loading Alembic: a server whose
+    database is already at the heads starts without importing it. The same answer as
+    Alembic's own ScriptDirectory (tests/store/test_migration_heads.py)."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for path in sorted((MIGRATIONS_DIR / "versions").glob("*.py")):
+        found: dict[str, Any] = {}
+        for line in path.read_text(encoding="utf-8").splitlines():
+            match = _REVISION_LINE.match(line)
+            if match is not None and match[1] not in found:
+                found[match[1]] = ast.literal_eval(match["value"].strip())
+        revision = found.get("revision")
+        if not isinstance(revision, str):
+            raise ValueError(f"migration {path.name} names no revision")
+        revisions.add(revision)
+        down = found.get("down_revision")
+        parents.update((down,) if isinstance(down, str) else tuple(down or ()))
+    return frozenset(revisions - parents), frozenset(revisions)
+
+
+async def _at_heads(conn: AsyncConnection) -> bool:
+    """Whether the database was migrated to exactly the shipped heads."""
+    if conn.dialect.name == "sqlite":
+        exists = (await conn.exec_driver_sql(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' "
+            "AND name = 'alembic_version'")).scalar()
+    else:
+        exists = (await conn.exec_driver_sql(
+            "SELECT to_regclass('alembic_version') IS NOT NULL")).scalar()
+    if not exists:
+        return False
+    current = {str(row[0]) for row in await conn.exec_driver_sql(
+        "SELECT version_num FROM alembic_version")}
+    return current == set(shipped_revisions()[0])
+
+
 def alembic_config(url: str, schema: str | None = None) -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
@@ -82,17 +129,22 @@ def alembic_config(url: str, schema: str | None = None) -> Config:
 
 
 async def upgrade(engine: AsyncEngine, schema: str | None = None, revision: str = "head") -> None:
-    """Run migrations over the engine's own connection."""
+    """Run migrations over the engine's own connection. A database already at the shipped
+    heads is left as it is without loading Alembic (most start-ups)."""
     url = engine.url.render_as_string(hide_password=False)
-    cfg = alembic_config(url, schema)
 
     def _run(sync_conn: Connection) -> None:
+        from alembic import command
+
+        cfg = alembic_config(url, schema)
         cfg.attributes["connection"] = sync_conn
         command.upgrade(cfg, revision)
 
     async with engine.begin() as conn:
         if schema and not is_sqlite(url):
             await conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+        if revision == "head" and await _at_heads(conn):
+            return
         await conn.run_sync(_run)
 
 

@@ -24,12 +24,16 @@ import hashlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, func, select
 
-from kaizen_hashline.state import WorkspaceKey, WorkspaceState
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.store import Store
+
+if TYPE_CHECKING:
+    # The Hashline engine is loaded by the first workspace read or edit, not at start-up.
+    from kaizen_hashline.state import WorkspaceKey, WorkspaceState
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +85,8 @@ class StoredWorkspaceState:
                 await self.save(key, state, before)
 
     async def load(self, key: WorkspaceKey) -> tuple[WorkspaceState, _Snapshot]:
+        from kaizen_hashline.state import WorkspaceState
+
         state = WorkspaceState()
         async with self.store.transaction() as tx:
             rows = (await tx.session.execute(

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Generator
-from functools import cache
 
-from alembic.script import ScriptDirectory
 from sqlalchemy import func, literal, or_, select, text
 
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.engine import alembic_config
+from kaizen_server_extension.store.engine import shipped_revisions
 from kaizen_server_extension.store.units import Rows, Step, fetch
 
 _PING = select(literal(1))
@@ -41,9 +39,6 @@ def open_run_counts() -> Generator[Step, Rows | None, dict[str, int]]:
     return counts
 
 
-@cache
 def migration_revisions() -> tuple[frozenset[str], frozenset[str]]:
     """(heads, every revision) of the migrations this code ships."""
-    scripts = ScriptDirectory.from_config(alembic_config("sqlite://"))
-    return (frozenset(scripts.get_heads()),
-            frozenset(rev.revision for rev in scripts.walk_revisions()))
+    return shipped_revisions()

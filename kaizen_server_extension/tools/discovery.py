@@ -15,10 +15,9 @@ import re
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field
-from rank_bm25 import BM25Okapi
 
 from kaizen_server_extension.protocol.errors import MemberSafeError
 from kaizen_server_extension.protocol.tools import Capability
@@ -26,6 +25,9 @@ from kaizen_server_extension.tools.catalog import TOOL_SEARCH_NAME, FrozenCatalo
 from kaizen_server_extension.tools.decorators import tool
 from kaizen_server_extension.tools.hookspecs import ToolRegistrar, hookimpl
 from kaizen_server_extension.tools.types import RoomClass, ToolContext
+
+if TYPE_CHECKING:
+    from rank_bm25 import BM25Okapi
 
 MAX_PARENTS = 8
 MAX_MATCHES = 8
@@ -57,7 +59,12 @@ _indexes: OrderedDict[str, _Index] = OrderedDict()
 
 def _bm25(corpus: list[list[str]]) -> BM25Okapi | None:
     # rank_bm25 divides by the corpus size; an empty catalog has nothing to rank.
-    return BM25Okapi(corpus) if corpus and any(corpus) else None
+    if not corpus or not any(corpus):
+        return None
+    # Imported on the first search, not at start-up: it brings numpy (tests/test_lazy_imports).
+    from rank_bm25 import BM25Okapi
+
+    return BM25Okapi(corpus)
 
 
 def index_for(catalog: FrozenCatalog) -> _Index:

@@ -17,18 +17,9 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kaizen_hashline import (
-    WorkspaceFS,
-    WorkspaceKey,
-    WorkspaceState,
-    edit_files,
-    read_file,
-)
-from kaizen_hashline.fs import MAX_PATH_CHARS
-from kaizen_hashline.render import MAX_READ_LINES
-from kaizen_hashline.syntax import MAX_PROGRAM_CHARS
+from kaizen_hashline.limits import MAX_PATH_CHARS, MAX_PROGRAM_CHARS, MAX_READ_LINES
 from kaizen_plugins.sandbox import SANDBOX_TOOL
 from kaizen_server_extension.tools import (
     MemberSafeError,
@@ -38,7 +29,9 @@ from kaizen_server_extension.tools import (
 )
 from kaizen_server_extension.tools.hookspecs import ToolRegistrar
 
-DEFAULT_STATE = WorkspaceState()
+if TYPE_CHECKING:
+    from kaizen_hashline import WorkspaceFS, WorkspaceKey, WorkspaceState
+
 WORKSPACE_TIMEOUT_S = 60
 PROTOCOL = "workspace"
 
@@ -92,10 +85,35 @@ EDIT_SCHEMA: dict[str, Any] = {
 }
 
 
+_default_state: WorkspaceState | None = None
+
+
+def default_state() -> WorkspaceState:
+    """The in-process state when the host keeps none (made on first use: the Hashline engine
+    is loaded by the first workspace call, not when the plugin registers)."""
+    global _default_state
+    if _default_state is None:
+        from kaizen_hashline import WorkspaceState
+
+        _default_state = WorkspaceState()
+    return _default_state
+
+
+def __getattr__(name: str) -> Any:
+    # ``DEFAULT_STATE`` and the Hashline names this module used to import, on demand.
+    if name == "DEFAULT_STATE":
+        return default_state()
+    if name in ("WorkspaceFS", "WorkspaceKey", "WorkspaceState", "edit_files", "read_file"):
+        import kaizen_hashline
+
+        return getattr(kaizen_hashline, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def workspace_state(ctx: ToolContext) -> WorkspaceState:
     """The trusted state service, or the in-process default."""
     state = ctx.services.get("workspace_state")
-    return state if state is not None else DEFAULT_STATE
+    return state if state is not None else default_state()
 
 
 @asynccontextmanager
@@ -117,6 +135,8 @@ def _workspace(ctx: ToolContext) -> tuple[WorkspaceFS, WorkspaceKey]:
                               code="workspace_unavailable")
     conversation = ctx.bundle.conversation_id
     root: Path = service.workspace(ctx.member, conversation)
+    from kaizen_hashline import WorkspaceFS, WorkspaceKey
+
     return WorkspaceFS(root), WorkspaceKey(ctx.member, conversation)
 
 
@@ -129,6 +149,8 @@ def _workspace(ctx: ToolContext) -> tuple[WorkspaceFS, WorkspaceKey]:
     **SANDBOX_TOOL,
 )
 async def read_workspace(ctx: ToolContext, **arguments: Any) -> dict[str, Any]:
+    from kaizen_hashline import read_file
+
     fs, key = _workspace(ctx)
     async with _trusted_state(ctx, key) as state:
         result = await asyncio.to_thread(
@@ -146,6 +168,8 @@ async def read_workspace(ctx: ToolContext, **arguments: Any) -> dict[str, Any]:
     **SANDBOX_TOOL,
 )
 async def edit_workspace(ctx: ToolContext, **arguments: Any) -> dict[str, Any]:
+    from kaizen_hashline import edit_files
+
     fs, key = _workspace(ctx)
     async with _trusted_state(ctx, key) as state:
         result = await asyncio.to_thread(edit_files, fs, state, key, arguments["edits"])

@@ -14,7 +14,20 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Literal
 
-from kaizen_hashline.text import compute_tag, normalize
+
+def normalize(text: str) -> str:
+    """Hashline's text normalization (imported on first use: the Hashline package is not
+    loaded at start-up, tests/test_lazy_imports.py)."""
+    from kaizen_hashline.text import normalize as hashline_normalize
+
+    return hashline_normalize(text)
+
+
+def compute_tag(text: str) -> str:
+    from kaizen_hashline.text import compute_tag as hashline_tag
+
+    return hashline_tag(text)
+
 
 MAX_HUNKS = 32
 MAX_WINDOW_LINES = 400

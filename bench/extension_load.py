@@ -1,0 +1,131 @@
+"""Start-up: time to a ready server with the Kaizen extension against a bare ``jupyter server``
+(issue 16, item 3), in the same run.
+
+Each trial starts two processes one after the other, in alternating order, with the same
+Python, environment and installed extensions:
+
+* **bare**: ``python -m jupyter_server`` with Kaizen disabled
+  (``--ServerApp.jpserver_extensions={'kaizen_server_extension': False}``), ready when
+  ``GET /api/status`` answers 200;
+* **kaizen**: the same command with Kaizen enabled on an embedded SQLite store that already
+  exists (a warm-up start, not counted, migrates it), ready when ``GET kaizen/api/agents``
+  answers 200 for a member.
+
+``extra_s`` = kaizen p50 - bare p50 (target 1.0 s); ``ratio`` = kaizen p50 / bare p50.
+
+    .venv/bin/python bench/extension_load.py [--n 3]
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(BENCH_DIR))
+
+from benchkit import emit, parse_args  # noqa: E402
+
+from kaizen_server_extension.store.engine import sqlite_url_for  # noqa: E402
+from tests.support.server import (  # noqa: E402
+    SERVER_TOKEN,
+    free_port,
+    member_token,
+    server_env,
+)
+
+BENCH = "extension_load"
+TARGET_EXTRA_S = 1.0
+TIMEOUT_S = 180.0
+
+
+def _cpu_s(pid: int) -> float:
+    """The process's CPU time so far (user + system), from /proc; 0 where there is none."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _start(root: Path, *, kaizen: bool) -> tuple[float, float]:
+    """(seconds from spawning the server to its readiness answer, the server's CPU seconds
+    by then); the server is stopped."""
+    port = free_port()
+    env = server_env(root, sqlite_url_for(root / "kaizen.db"), None,
+                     {"KAIZEN_LOG_LEVEL": "WARNING",
+                      # The code of this work tree, whatever the environment installed.
+                      "PYTHONPATH": f"{ROOT}:{ROOT / 'plugins'}"})
+    command = [sys.executable, "-m", "jupyter_server", "--no-browser", "--allow-root",
+               f"--port={port}", "--ip=127.0.0.1", f"--ServerApp.root_dir={root}",
+               f"--IdentityProvider.token={SERVER_TOKEN}"]
+    if kaizen:
+        command += ["--ServerApp.identity_provider_class="
+                    "kaizen_server_extension.identity.KaizenTokenIdentityProvider",
+                    "--ServerApp.jpserver_extensions={'kaizen_server_extension': True}"]
+        url = f"http://127.0.0.1:{port}/kaizen/api/agents"
+        headers = {"Authorization": f"token {member_token('alice')}"}
+    else:
+        command += ["--ServerApp.jpserver_extensions={'kaizen_server_extension': False}"]
+        url = f"http://127.0.0.1:{port}/api/status"
+        headers = {"Authorization": f"token {SERVER_TOKEN}"}
+    log = (root / f"server-{'kaizen' if kaizen else 'bare'}-{port}.log").open("wb")
+    started = time.perf_counter()
+    process = subprocess.Popen(command, env=env, cwd=root, stdout=log,
+                               stderr=subprocess.STDOUT)
+    try:
+        deadline = started + TIMEOUT_S
+        while time.perf_counter() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"server exited early; see {log.name}")
+            try:
+                if httpx.get(url, headers=headers, timeout=2).status_code == 200:
+                    return time.perf_counter() - started, _cpu_s(process.pid)
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError(f"server not ready within {TIMEOUT_S} s; see {log.name}")
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+        log.close()
+
+
+def main() -> None:
+    args = parse_args(__doc__ or BENCH, default_n=3)
+    with tempfile.TemporaryDirectory(prefix="kaizen-load-bench-") as tmp:
+        root = Path(tmp)
+        _start(root, kaizen=True)  # migrates the store; not counted
+        bare: list[tuple[float, float]] = []
+        kaizen: list[tuple[float, float]] = []
+        for trial in range(args.n):
+            order = (False, True) if trial % 2 == 0 else (True, False)
+            for with_kaizen in order:
+                (kaizen if with_kaizen else bare).append(_start(root, kaizen=with_kaizen))
+    bare_s, kaizen_s = (statistics.median(t for t, _ in runs) for runs in (bare, kaizen))
+    bare_cpu, kaizen_cpu = (statistics.median(c for _, c in runs) for runs in (bare, kaizen))
+    extra = kaizen_s - bare_s
+    emit({"bench": BENCH, "db": "sqlite", "figure": "time_to_ready", "n": args.n,
+          "kaizen_p50_s": round(kaizen_s, 3), "baseline_bare_p50_s": round(bare_s, 3),
+          "extra_s": round(extra, 3), "ratio": round(kaizen_s / bare_s, 3),
+          # CPU seconds of the server process by readiness: what machine load moves least.
+          "kaizen_cpu_p50_s": round(kaizen_cpu, 3), "baseline_bare_cpu_p50_s": round(bare_cpu, 3),
+          "extra_cpu_s": round(kaizen_cpu - bare_cpu, 3),
+          "target_extra_s": TARGET_EXTRA_S, "meets_target": extra <= TARGET_EXTRA_S})
+
+
+if __name__ == "__main__":
+    main()
