@@ -14,7 +14,7 @@ import pytest
 #: engine, the office writers, the data stack (numpy comes with rank_bm25), migrations.
 HEAVY = ("llama_cpp", "openai", "anthropic", "kaizen_hashline.engine", "docx", "pptx",
          "openpyxl", "reportlab", "numpy", "pandas", "matplotlib", "scipy", "pyarrow",
-         "rank_bm25", "alembic")
+         "rank_bm25", "alembic", "mcp")
 
 
 def _loaded_after(code: str) -> set[str]:
