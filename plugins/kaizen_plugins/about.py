@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field
-from rank_bm25 import BM25Okapi
 
 from kaizen_server_extension.tools import Capability, RoomClass, ToolContext, hookimpl, tool
 from kaizen_server_extension.tools.hookspecs import ToolRegistrar
@@ -68,15 +68,25 @@ def _words(text: str) -> list[str]:
 
 _FOLDER = docs_folder()
 SECTIONS: tuple[Section, ...] = tuple(_sections(_FOLDER)) if _FOLDER else ()
-_INDEX = BM25Okapi([_words(f"{s.heading} {s.path} {s.text}") for s in SECTIONS]) \
-    if SECTIONS else None
+
+
+@cache
+def _index() -> Any:
+    """The docs' BM25 index, built on the first search (rank_bm25 brings numpy, which start-up
+    does not load: tests/test_lazy_imports.py)."""
+    if not SECTIONS:
+        return None
+    from rank_bm25 import BM25Okapi
+
+    return BM25Okapi([_words(f"{s.heading} {s.path} {s.text}") for s in SECTIONS])
 
 
 def search_docs(query: str, limit: int = MAX_RESULTS) -> list[dict[str, Any]]:
     terms = _words(query)
-    if _INDEX is None or not terms:
+    index = _index()
+    if index is None or not terms:
         return []
-    scores = _INDEX.get_scores(terms)
+    scores = index.get_scores(terms)
     ranked = sorted(range(len(SECTIONS)), key=lambda i: (-scores[i], i))
     return [{"path": SECTIONS[i].path, "heading": SECTIONS[i].heading,
              "excerpt": SECTIONS[i].text[:MAX_EXCERPT_CHARS], "score": round(float(scores[i]), 4)}
