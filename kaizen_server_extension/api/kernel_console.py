@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.api.openapi_parts import answer, error_answers, path_param, ref
 from kaizen_server_extension.protocol.errors import Conflict, Forbidden, NotFound
 
 # Where app.py puts the KernelConsoles once run_code's kernels have started.
@@ -97,31 +98,28 @@ def kernel_console_routes(prefix: str, conversation_id: str) -> list[
     return [(base, ConversationKernelHandler), (rf"{base}/console", KernelConsoleHandler)]
 
 
+#: What each error status means on these routes, in the OpenAPI document.
+_ERROR_TEXT = {400: "Malformed request", 401: "Not authenticated",
+               403: "Turned off on this server, or Jupyter kernels are not permitted to the "
+                    "caller",
+               404: "Not found or not yours", 409: "Not available on this server",
+               422: "Schema violation"}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    return error_answers(_ERROR_TEXT, *codes)
+
+
 def kernel_console_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
     """(paths, component schemas) for ``api/openapi.py``."""
-    error = {"$ref": "#/components/schemas/Error"}
-    conv_id = {"name": "conversation_id", "in": "path", "required": True,
-               "schema": {"type": "string"}}
-
-    def errors(*codes: int) -> dict[str, Any]:
-        text = {400: "Malformed request", 401: "Not authenticated",
-                403: "Turned off on this server, or Jupyter kernels are not permitted to the "
-                     "caller",
-                404: "Not found or not yours", 409: "Not available on this server",
-                422: "Schema violation"}
-        return {str(c): {"description": text[c], "content": {"application/json": {
-            "schema": error}}} for c in (401, *codes)}
-
-    def ok(description: str, name: str) -> dict[str, Any]:
-        return {"200": {"description": description, "content": {"application/json": {
-            "schema": {"$ref": f"#/components/schemas/{name}"}}}}}
+    conv_id = path_param("conversation_id")
 
     paths = {
         "/kaizen/api/conversations/{conversation_id}/kernel": {"get": {
             "summary": "The caller's own live persistent run_code kernels in this "
                        "conversation, and whether they can be opened as a console",
             "operationId": "getConversationKernel", "parameters": [conv_id],
-            "responses": {**ok("Kernel status", "ConversationKernel"), **errors(404)}}},
+            "responses": {**answer("Kernel status", ref("ConversationKernel")), **_errors(404)}}},
         "/kaizen/api/conversations/{conversation_id}/kernel/console": {"post": {
             "summary": "Make the caller's persistent run_code kernel reachable through the "
                        "Jupyter kernels API (idempotent) and answer its kernel id, for "
@@ -129,8 +127,8 @@ def kernel_console_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
             "operationId": "openKernelConsole", "parameters": [conv_id],
             "requestBody": {"required": False, "content": {"application/json": {
                 "schema": {"$ref": "#/components/schemas/OpenConsole"}}}},
-            "responses": {**ok("Attached", "ConsoleKernel"),
-                          **errors(400, 403, 404, 409, 422)}}},
+            "responses": {**answer("Attached", ref("ConsoleKernel")),
+                          **_errors(400, 403, 404, 409, 422)}}},
     }
     schema = OpenConsole.model_json_schema(ref_template="#/components/schemas/{model}")
     components = {

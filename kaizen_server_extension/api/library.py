@@ -20,6 +20,13 @@ from pydantic import BaseModel, ConfigDict, StringConstraints
 from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.api.openapi_parts import (
+    answer,
+    error_answers,
+    operation,
+    path_param,
+    ref,
+)
 from kaizen_server_extension.api.params import ID
 from kaizen_server_extension.store.artifacts.repository import ArtifactStore
 from kaizen_server_extension.store.library import LibraryStore
@@ -129,84 +136,63 @@ def library_routes(prefix: str) -> list[tuple[str, type[web.RequestHandler]]]:
     ]
 
 
+#: What each error status means on these routes, in the OpenAPI document.
+_ERROR_TEXT = {400: "Malformed request", 401: "Not authenticated",
+               404: "The destination or the item does not exist or is not available to you",
+               422: "Schema violation, or a kind the destination cannot hold"}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    return error_answers(_ERROR_TEXT, *codes)
+
+
 def library_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
     """(paths, component schemas) for ``api/openapi.py``; only when the Library is on."""
-    json_type = "application/json"
-    error = {"$ref": "#/components/schemas/Error"}
-
-    def ref(name: str) -> dict[str, str]:
-        return {"$ref": f"#/components/schemas/{name}"}
-
-    def answer(description: str, schema: dict[str, Any], status: str = "200"
-               ) -> dict[str, Any]:
-        return {status: {"description": description,
-                         "content": {json_type: {"schema": schema}}}}
-
-    def errors(*codes: int) -> dict[str, Any]:
-        text = {400: "Malformed request", 401: "Not authenticated",
-                404: "The destination or the item does not exist or is not available to you",
-                422: "Schema violation, or a kind the destination cannot hold"}
-        return {str(c): {"description": text[c], "content": {json_type: {"schema": error}}}
-                for c in (401, *codes)}
-
-    def op(summary: str, op_id: str, responses: dict[str, Any], *,
-           params: list[dict[str, Any]] | None = None, body: str | None = None
-           ) -> dict[str, Any]:
-        out: dict[str, Any] = {"summary": summary, "operationId": op_id,
-                               "responses": responses}
-        if params:
-            out["parameters"] = params
-        if body:
-            out["requestBody"] = {"required": True,
-                                  "content": {json_type: {"schema": ref(body)}}}
-        return out
-
-    def path_param(name: str) -> dict[str, Any]:
-        return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-
     listing = {"type": "array", "items": ref("LibraryEntry")}
     collection, project = path_param("collection_id"), path_param("project_id")
     paths = {
         "/kaizen/api/collections": {
-            "get": op("The member's own collections, newest first (at most 100): id, name "
-                      "and one short hint", "listCollections",
-                      {**answer("Collections", listing), **errors()}),
-            "post": op("Create a collection", "createCollection",
-                       {**answer("Created", ref("LibraryContainer"), "201"),
-                        **errors(400, 422)}, body="CreateLibraryContainer"),
+            "get": operation("The member's own collections, newest first (at most 100): id, name "
+                             "and one short hint", "listCollections",
+                             {**answer("Collections", listing), **_errors()}),
+            "post": operation("Create a collection", "createCollection",
+                              {**answer("Created", ref("LibraryContainer"), "201"),
+                               **_errors(400, 422)}, body_schema="CreateLibraryContainer"),
         },
         "/kaizen/api/collections/{collection_id}/documents": {
-            "get": op("The documents filed in one of the member's collections",
-                      "listCollectionDocuments",
-                      {**answer("Documents", ref("CollectionDocuments")), **errors(404)},
-                      params=[collection]),
-            "post": op("File one of the member's documents (markdown or a native file) into "
-                       "their collection; idempotent, audited as member.collection.doc_added. "
-                       "The agent's manage_library uses the same write",
-                       "fileCollectionDocument",
-                       {**answer("Filed (changed=false: it was already there)",
-                                 ref("FiledDocument")), **errors(400, 404, 422)},
-                       params=[collection], body="FileDocument"),
+            "get": operation("The documents filed in one of the member's collections",
+                             "listCollectionDocuments",
+                             {**answer("Documents", ref("CollectionDocuments")), **_errors(404)},
+                             params=[collection]),
+            "post": operation("File one of the member's documents (markdown or a native "
+                              "file) into their collection; idempotent, audited as "
+                              "member.collection.doc_added. The agent's manage_library "
+                              "uses the same write",
+                              "fileCollectionDocument",
+                              {**answer("Filed (changed=false: it was already there)",
+                                        ref("FiledDocument")), **_errors(400, 404, 422)},
+                              params=[collection], body_schema="FileDocument"),
         },
         "/kaizen/api/projects": {
-            "get": op("The member's own projects, newest first (at most 100): id, name and "
-                      "one short hint", "listProjects",
-                      {**answer("Projects", listing), **errors()}),
-            "post": op("Create a project", "createProject",
-                       {**answer("Created", ref("LibraryContainer"), "201"),
-                        **errors(400, 422)}, body="CreateLibraryContainer"),
+            "get": operation("The member's own projects, newest first (at most 100): id, name and "
+                             "one short hint", "listProjects",
+                             {**answer("Projects", listing), **_errors()}),
+            "post": operation("Create a project", "createProject",
+                              {**answer("Created", ref("LibraryContainer"), "201"),
+                               **_errors(400, 422)}, body_schema="CreateLibraryContainer"),
         },
         "/kaizen/api/projects/{project_id}/items": {
-            "get": op("The items linked into one of the member's projects", "listProjectItems",
-                      {**answer("Items", ref("ProjectItems")), **errors(404)},
-                      params=[project]),
-            "post": op("Link an artifact, collection or project the member may open into their "
-                       "project (a non-owning pointer; a composition cycle is refused with "
-                       "library_cycle); idempotent. The agent's manage_library uses the same "
-                       "write", "linkProjectItem",
-                       {**answer("Linked (changed=false: it was already there)",
-                                 ref("LinkedItem")), **errors(400, 404, 422)},
-                       params=[project], body="LinkProjectItem"),
+            "get": operation("The items linked into one of the member's projects",
+                             "listProjectItems",
+                             {**answer("Items", ref("ProjectItems")), **_errors(404)},
+                             params=[project]),
+            "post": operation("Link an artifact, collection or project the member may open "
+                              "into their project (a non-owning pointer; a composition cycle "
+                              "is refused with library_cycle); idempotent. The agent's "
+                              "manage_library uses the same write", "linkProjectItem",
+                              {**answer("Linked (changed=false: it was already there)",
+                                        ref("LinkedItem")), **_errors(400, 404, 422)},
+                              params=[project], body_schema="LinkProjectItem"),
         },
     }
     string, flag = {"type": "string"}, {"type": "boolean"}

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, StringConstraints, WithJsonSchema
 from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.api.openapi_parts import answer, body, error_answers, path_param, ref
 from kaizen_server_extension.api.params import ID, NUMBER, path_int, query_value
 from kaizen_server_extension.jupyter_files import NOTEBOOK_PATH_PATTERN
 from kaizen_server_extension.notebooks.service import NotebookRefused, NotebookService
@@ -201,30 +202,19 @@ def notebook_routes(prefix: str, conversation_id: str) -> list[
     ]
 
 
+#: What each error status means on these routes, in the OpenAPI document.
+_ERROR_TEXT = {400: "Malformed request", 401: "Not authenticated",
+               403: "The Jupyter authorizer does not allow it", 404: "Not found or not yours",
+               409: "Conflict with the current state", 413: "Too large",
+               422: "Schema violation"}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    return error_answers(_ERROR_TEXT, *codes)
+
+
 def notebook_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
     """(paths, component schemas) for ``api/openapi.py``."""
-
-    def ref(name: str) -> dict[str, str]:
-        return {"$ref": f"#/components/schemas/{name}"}
-
-    def errors(*codes: int) -> dict[str, Any]:
-        text = {400: "Malformed request", 401: "Not authenticated",
-                403: "The Jupyter authorizer does not allow it", 404: "Not found or not yours",
-                409: "Conflict with the current state", 413: "Too large",
-                422: "Schema violation"}
-        return {str(c): {"description": text[c], "content": {"application/json": {
-            "schema": ref("Error")}}} for c in (401, *codes)}
-
-    def ok(description: str, name: str, status: str = "200") -> dict[str, Any]:
-        return {status: {"description": description, "content": {"application/json": {
-            "schema": ref(name)}}}}
-
-    def body(name: str) -> dict[str, Any]:
-        return {"required": True, "content": {"application/json": {"schema": ref(name)}}}
-
-    def path_param(name: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
-        return {"name": name, "in": "path", "required": True,
-                "schema": schema or {"type": "string"}}
 
     conv = path_param("conversation_id")
     proposal = path_param("proposal_id")
@@ -238,21 +228,21 @@ def notebook_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
                        "artifact id in a message's attachments to pin it",
             "operationId": "attachNotebook", "parameters": [conv],
             "requestBody": body("AttachNotebook"),
-            "responses": {**ok("Attached", "AttachedNotebook", "201"),
-                          **errors(400, 403, 404, 409, 413, 422)}}},
+            "responses": {**answer("Attached", ref("AttachedNotebook"), 201),
+                          **_errors(400, 403, 404, 409, 413, 422)}}},
         "/kaizen/api/conversations/{conversation_id}/notebook-kernel-access": {
             "get": {**access, "summary": "Whether the member allowed inspect_notebook_kernel "
                     "in this conversation", "operationId": "getNotebookKernelAccess",
-                    "responses": {**ok("Access", "NotebookKernelAccess"), **errors(404)}},
+                    "responses": {**answer("Access", ref("NotebookKernelAccess")), **_errors(404)}},
             "put": {**access, "summary": "Allow inspect_notebook_kernel's fixed probe in the "
                     "kernels of notebooks attached here (idempotent)",
                     "operationId": "allowNotebookKernelAccess",
-                    "responses": {**ok("Access", "NotebookKernelAccess"),
-                                  **errors(403, 404, 409)}},
+                    "responses": {**answer("Access", ref("NotebookKernelAccess")),
+                                  **_errors(403, 404, 409)}},
             "delete": {**access, "summary": "Revoke it; the next inspection is refused",
                        "operationId": "revokeNotebookKernelAccess",
-                       "responses": {**ok("Access", "NotebookKernelAccess"),
-                                     **errors(404, 409)}},
+                       "responses": {**answer("Access", ref("NotebookKernelAccess")),
+                                     **_errors(404, 409)}},
         },
         "/kaizen/api/conversations/{conversation_id}/uploads": {"post": {
             "summary": "Upload a data file (CSV or Parquet, at most 25 MiB) as the member's "
@@ -266,26 +256,26 @@ def notebook_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
             "requestBody": {"required": True, "content": {
                 media: {"schema": {"type": "string", "format": "binary"}}
                 for media in UPLOAD_TYPES}},
-            "responses": {**ok("Stored", "UploadedFile", "201"),
-                          **errors(400, 404, 413, 422)}}},
+            "responses": {**answer("Stored", ref("UploadedFile"), 201),
+                          **_errors(400, 404, 413, 422)}}},
         "/kaizen/api/notebook-edits/{proposal_id}": {"get": {
             "summary": "One of the member's notebook edit proposals with each cell's state",
             "operationId": "getNotebookEditProposal", "parameters": [proposal],
-            "responses": {**ok("Proposal", "NotebookEditProposal"), **errors(404)}}},
+            "responses": {**answer("Proposal", ref("NotebookEditProposal")), **_errors(404)}}},
         "/kaizen/api/notebook-edits/{proposal_id}/cells/{ordinal}/decision": {"post": {
             "summary": "Accept or reject one proposed cell, once (a second decision is 409)",
             "operationId": "decideNotebookEditCell", "parameters": [proposal, ordinal],
             "requestBody": body("CellDecision"),
-            "responses": {**ok("Decided", "NotebookEditCell"),
-                          **errors(400, 404, 409, 422)}}},
+            "responses": {**answer("Decided", ref("NotebookEditCell")),
+                          **_errors(400, 404, 409, 422)}}},
         "/kaizen/api/notebook-edits/{proposal_id}/cells/{ordinal}/result": {"post": {
             "summary": "Record what the member's browser did with an accepted cell: applied, "
                        "stale (the open notebook no longer matched), failed; undone after "
                        "applied",
             "operationId": "recordNotebookEditResult", "parameters": [proposal, ordinal],
             "requestBody": body("CellResult"),
-            "responses": {**ok("Recorded", "NotebookEditCell"),
-                          **errors(400, 404, 409, 422)}}},
+            "responses": {**answer("Recorded", ref("NotebookEditCell")),
+                          **_errors(400, 404, 409, 422)}}},
     }
     string, nullable = {"type": "string"}, {"type": ["string", "null"]}
     cell = {"type": "object",

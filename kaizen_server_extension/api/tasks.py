@@ -21,6 +21,7 @@ from pydantic import (
 from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler, whole_number
+from kaizen_server_extension.api.openapi_parts import answer, body, error_answers, path_param, ref
 from kaizen_server_extension.api.params import TASK_ID
 from kaizen_server_extension.context import KaizenContext
 from kaizen_server_extension.protocol.tasks import MIN_TASK_INTERVAL_S
@@ -149,67 +150,60 @@ def task_routes(prefix: str) -> list[tuple[str, type[web.RequestHandler]]]:
             (rf"{prefix}/tasks/({TASK_ID})/run", TaskRunHandler)]
 
 
+#: What each error status means on these routes, in the OpenAPI document.
+_ERROR_TEXT = {400: "Malformed JSON", 401: "Not authenticated",
+               404: "No such task of yours (or no such conversation of yours)",
+               409: "The task changed meanwhile (version), or the key names another firing",
+               422: "The body breaks the schema (names the field)"}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    return error_answers(_ERROR_TEXT, *codes)
+
+
 def tasks_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
     """(paths, component schemas) for ``api/openapi.py``."""
     # Imported here: openapi.py imports this module's routes' documents when it builds.
     from kaizen_server_extension.api.openapi import _model_schemas
 
-    error = {"$ref": "#/components/schemas/Error"}
-    task = {"$ref": "#/components/schemas/Task"}
-    firing = {"$ref": "#/components/schemas/TaskFiring"}
-    task_id = {"name": "task_id", "in": "path", "required": True,
-               "schema": {"type": "string", "pattern": f"^{TASK_ID}$"}}
-
-    def body(name: str) -> dict[str, Any]:
-        return {"required": True, "content": {"application/json": {
-            "schema": {"$ref": f"#/components/schemas/{name}"}}}}
-
-    def errors(*codes: int) -> dict[str, Any]:
-        text = {400: "Malformed JSON", 401: "Not authenticated",
-                404: "No such task of yours (or no such conversation of yours)",
-                409: "The task changed meanwhile (version), or the key names another firing",
-                422: "The body breaks the schema (names the field)"}
-        return {str(c): {"description": text[c], "content": {"application/json": {
-            "schema": error}}} for c in (401, *codes)}
-
-    def ok(status: int, description: str, schema: dict[str, Any]) -> dict[str, Any]:
-        return {str(status): {"description": description,
-                              "content": {"application/json": {"schema": schema}}}}
+    task = ref("Task")
+    firing = ref("TaskFiring")
+    task_id = path_param("task_id", {"type": "string", "pattern": f"^{TASK_ID}$"})
 
     paths = {
         "/kaizen/api/tasks": {
             "get": {"summary": "The caller's tasks", "operationId": "listTasks",
-                    "responses": {**ok(200, "The caller's tasks, oldest first",
-                                       {"type": "array", "items": task}), **errors()}},
+                    "responses": {**answer("The caller's tasks, oldest first",
+                                           {"type": "array", "items": task}), **_errors()}},
             "post": {"summary": "Create a task: a saved prompt fired into one of the caller's "
                                 "rooms, by hand or on a cadence",
                      "operationId": "createTask", "requestBody": body("CreateTask"),
-                     "responses": {**ok(201, "Created", task), **errors(400, 404, 422)}},
+                     "responses": {**answer("Created", task, 201), **_errors(400, 404, 422)}},
         },
         "/kaizen/api/tasks/{task_id}": {
             "get": {"summary": "One task of the caller's, with its latest firings",
                     "operationId": "getTask", "parameters": [task_id],
-                    "responses": {**ok(200, "The task", {"allOf": [task, {
+                    "responses": {**answer("The task", {"allOf": [task, {
                         "type": "object", "required": ["firings"], "properties": {
                             "firings": {"type": "array", "items": firing}}}]}),
-                        **errors(404)}},
+                        **_errors(404)}},
             "patch": {"summary": "Edit, pause or resume. Any edit withdraws the authority of "
                                  "the task's runs still in flight",
                       "operationId": "updateTask", "parameters": [task_id],
                       "requestBody": body("UpdateTask"),
-                      "responses": {**ok(200, "The task as stored", task),
-                                    **errors(400, 404, 409, 422)}},
+                      "responses": {**answer("The task as stored", task),
+                                    **_errors(400, 404, 409, 422)}},
             "delete": {"summary": "Delete the task; its runs in flight lose its authority",
                        "operationId": "deleteTask", "parameters": [task_id],
-                       "responses": {"204": {"description": "Deleted"}, **errors(404)}},
+                       "responses": {"204": {"description": "Deleted"}, **_errors(404)}},
         },
         "/kaizen/api/tasks/{task_id}/run": {"post": {
             "summary": "Run now (mode 'run') or as a safe test (mode 'test'): the owner's "
                        "input in the task's room, queued like a message",
             "operationId": "runTask", "parameters": [task_id],
             "requestBody": {**body("RunTask"), "required": False},
-            "responses": {**ok(202, "Fired: the firing and its queued run", firing),
-                          **errors(400, 404, 422)}}},
+            "responses": {**answer("Fired: the firing and its queued run", firing, 202),
+                          **_errors(400, 404, 422)}}},
     }
     string = {"type": "string"}
     nullable_time = {"type": ["string", "null"], "format": "date-time"}

@@ -14,6 +14,7 @@ from tornado import web
 
 from kaizen_server_extension.api import params
 from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.api.openapi_parts import error_answers, path_param, ref
 from kaizen_server_extension.store.tool_grants import ToolGrants
 
 TOOL = params.TOOL
@@ -40,20 +41,20 @@ def tool_grant_routes(prefix: str,
     return [(base, ToolGrantsHandler), (rf"{base}/({TOOL})", ToolGrantHandler)]
 
 
+#: What each error status means on these routes, in the OpenAPI document.
+_ERROR_TEXT = {401: "Not authenticated",
+               404: "No such conversation for you, or no such grant of yours"}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    return error_answers(_ERROR_TEXT, *codes)
+
+
 def tool_grants_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
     """(paths, component schemas) for ``api/openapi.py``."""
-    error = {"$ref": "#/components/schemas/Error"}
-    grant = {"$ref": "#/components/schemas/ToolGrant"}
-    conv_id = {"name": "conversation_id", "in": "path", "required": True,
-               "schema": {"type": "string"}}
-    tool = {"name": "tool", "in": "path", "required": True,
-            "schema": {"type": "string", "pattern": f"^{TOOL}$"}}
-
-    def errors(*codes: int) -> dict[str, Any]:
-        text = {401: "Not authenticated",
-                404: "No such conversation for you, or no such grant of yours"}
-        return {str(c): {"description": text[c], "content": {"application/json": {
-            "schema": error}}} for c in (401, *codes)}
+    grant = ref("ToolGrant")
+    conv_id = path_param("conversation_id")
+    tool = path_param("tool", {"type": "string", "pattern": f"^{TOOL}$"})
 
     paths = {
         "/kaizen/api/conversations/{conversation_id}/tool-grants": {"get": {
@@ -64,14 +65,14 @@ def tool_grants_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
             "operationId": "listToolGrants", "parameters": [conv_id],
             "responses": {"200": {"description": "The caller's grants", "content": {
                 "application/json": {"schema": {"type": "array", "items": grant}}}},
-                **errors(404)}}},
+                **_errors(404)}}},
         "/kaizen/api/conversations/{conversation_id}/tool-grants/{tool}": {"delete": {
             "summary": "Revoke the caller's grant of one tool here: its next call asks again",
             "operationId": "revokeToolGrant", "parameters": [conv_id, tool],
             "responses": {"200": {"description": "Revoked", "content": {"application/json": {
                 "schema": {"type": "object", "required": ["revoked"],
                            "properties": {"revoked": grant}}}}},
-                **errors(404)}}},
+                **_errors(404)}}},
     }
     string = {"type": "string"}
     components = {
