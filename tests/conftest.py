@@ -128,6 +128,21 @@ def server(request: pytest.FixtureRequest,
             asyncio.run(drop_schema(schema))
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None]) -> Iterator[Any]:
+    """A failed test that used the session's server gets that server's log tail in its
+    report: a server-side cause (a lock, a stall, a traceback) is otherwise lost with the
+    process, and CI keeps only the report."""
+    report = yield
+    if report.failed and call.when == "call":
+        proc = getattr(item, "funcargs", {}).get("server")
+        if isinstance(proc, ServerProcess) and proc.log_path.exists():
+            tail = "\n".join(proc.log().splitlines()[-60:])
+            report.sections.append(("server log (last 60 lines)", tail))
+    return report
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every rule a test cites must exist in RULES.md."""
     if not RULES_FILE.exists():

@@ -24,8 +24,10 @@ def _journal(server: ServerProcess, member: str, room: str, after: int = 0) -> l
     events: list[dict[str, Any]] = []
     with server.client(member) as client:
         while True:
-            page = client.get(f"conversations/{room}/journal",
-                              params={"after": after, "limit": 1000}).json()
+            response = client.get(f"conversations/{room}/journal",
+                                  params={"after": after, "limit": 1000})
+            assert response.status_code == 200, response.text
+            page = response.json()
             events += page["events"]
             if not page["events"]:
                 return events
