@@ -233,9 +233,10 @@ class KaizenSettings(BaseModel):
     #: rest is one read_notebook call away.
     KAIZEN_NOTEBOOK_CONTEXT_CHARS: Annotated[int, Field(ge=1000, le=400_000)] = 16_000
 
-    @field_validator("AGENT_STREAM_CORRECTION_RULES", mode="before")
+    @field_validator("AGENT_STREAM_CORRECTION_RULES", "KAIZEN_MCP_SERVERS", mode="before")
     @classmethod
-    def _parse_rules_json(cls, value: Any) -> Any:
+    def _json_list(cls, value: Any) -> Any:
+        """These settings are JSON arrays in the environment; blank means none."""
         if isinstance(value, str):
             if not value.strip():
                 return ()
@@ -254,18 +255,6 @@ class KaizenSettings(BaseModel):
         if len(ids) != len(set(ids)):
             raise ValueError("rule ids must be unique")
         return rules
-
-    @field_validator("KAIZEN_MCP_SERVERS", mode="before")
-    @classmethod
-    def _parse_servers_json(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            if not value.strip():
-                return ()
-            try:
-                return json.loads(value)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"is not valid JSON ({exc.msg})") from None
-        return value
 
     @field_validator("KAIZEN_MCP_STDIO_COMMANDS")
     @classmethod

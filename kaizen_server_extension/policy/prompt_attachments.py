@@ -88,7 +88,6 @@ class ResolvedAttachments:
     issues: tuple[AttachmentIssue, ...] = ()
     #: the prompt as the model reads it: each token replaced by a readable directive
     model_text: str = ""
-    tokens: tuple[AttachmentToken, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -140,7 +139,7 @@ def resolve(prompt: str, facts: AttachmentFacts) -> ResolvedAttachments:
             issues.append(AttachmentIssue(token.label, problem))
         elif name not in tools:
             tools.append(name)
-    return ResolvedAttachments(tools=tuple(tools), issues=tuple(issues), tokens=tokens,
+    return ResolvedAttachments(tools=tuple(tools), issues=tuple(issues),
                                model_text=directive_text(prompt) if not issues else prompt)
 
 
