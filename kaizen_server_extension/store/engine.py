@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import gc
 import re
 import threading
 from collections.abc import Awaitable, Callable
@@ -22,6 +23,8 @@ MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # ``revision = "0013"`` / ``down_revision: str | None = "0011"`` in a migration file.
 _REVISION_LINE = re.compile(r"^(revision|down_revision)\s*(?::[^=]*)?=\s*(?P<value>[^#]+)")
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+#: After a pooled SQLite connection is invalidated, collect garbage this soon (see below).
+SQLITE_ZOMBIE_COLLECT_S = 0.05
 
 
 def is_sqlite(url: str) -> bool:
@@ -76,6 +79,20 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         # Write transactions must not start as readers: a deferred transaction that later
         # writes fails with SQLITE_BUSY_SNAPSHOT under WAL instead of waiting its turn.
         conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    @event.listens_for(engine.sync_engine, "invalidate")
+    def _on_invalidate(_dbapi_connection: Any, _record: Any, _exception: Any) -> None:
+        # A task cancelled while one of its statements runs gets its connection invalidated
+        # and closed, but the statement's cursor lives on in the cancellation's traceback (a
+        # reference cycle). SQLite defers closing a connection with an unfinalized statement:
+        # the "closed" connection keeps its transaction and so the write lock, and every
+        # other transaction fails "database is locked" until the garbage collector happens
+        # to free that cursor. Collecting once the cancellation has unwound frees it now.
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        loop.call_later(SQLITE_ZOMBIE_COLLECT_S, gc.collect)
 
 
 @cache
