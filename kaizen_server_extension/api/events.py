@@ -66,6 +66,9 @@ class ConversationEventsHandler(WebSocketMixin, WebSocketHandler, JupyterHandler
     _last_seq: int
     _subscription: Subscription | None = None
     _pump: asyncio.Task[None] | None = None
+    # True while the pump waits for news (nothing of the store in flight); set on close.
+    _pump_idle = False
+    _left = False
 
     @property
     def kaizen(self) -> KaizenContext:
@@ -143,10 +146,14 @@ class ConversationEventsHandler(WebSocketMixin, WebSocketHandler, JupyterHandler
         """Clients have nothing to say on this socket; resuming is done with ``after``."""
 
     def on_close(self) -> None:
-        # An observer leaves: unsubscribe and stop sending. Runs are not touched.
+        # An observer leaves: unsubscribe and stop sending. Runs are not touched. The pump is
+        # cancelled only while it waits for news; inside a journal read it stops after that
+        # read instead, so no store transaction is cut off mid-statement.
+        self._left = True
         if self._subscription is not None:
             self._subscription.close()
-        if self._pump is not None and self._pump is not asyncio.current_task():
+        if self._pump is not None and self._pump_idle \
+                and self._pump is not asyncio.current_task():
             self._pump.cancel()
 
     # -- streaming ---------------------------------------------------------------------------
@@ -154,11 +161,17 @@ class ConversationEventsHandler(WebSocketMixin, WebSocketHandler, JupyterHandler
     async def _stream(self, subscription: Subscription) -> None:
         try:
             await self._catch_up()
-            while True:
+            while not self._left:
                 message = None
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.recheck_seconds):
-                        message = await subscription.get()
+                self._pump_idle = True
+                try:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self.recheck_seconds):
+                            message = await subscription.get()
+                finally:
+                    self._pump_idle = False
+                if self._left:
+                    return
                 if isinstance(message, LiveEvent):
                     await self._send(message.frame())
                 elif message is None or isinstance(message, Resync) \
@@ -176,7 +189,7 @@ class ConversationEventsHandler(WebSocketMixin, WebSocketHandler, JupyterHandler
     async def _catch_up(self) -> None:
         """Send every journal event after the last one sent, page by page."""
         journal = self.kaizen.store.journal
-        while True:
+        while not self._left:
             # ``read`` checks participation in the same transaction: NotFound once removed.
             events = await journal.read(self.conversation_id, self.member,
                                         after=self._last_seq, limit=self.page_size)
