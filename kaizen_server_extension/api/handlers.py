@@ -35,7 +35,7 @@ from kaizen_server_extension.api.params import (
 from kaizen_server_extension.api.tasks import task_routes
 from kaizen_server_extension.api.tool_grants import tool_grant_routes
 from kaizen_server_extension.protocol.errors import BadRequest, NotFound, TooLarge
-from kaizen_server_extension.store.records import AgentRecord
+from kaizen_server_extension.store.records import AgentRecord, MemberRecord
 
 MAX_JOURNAL_PAGE = 1000
 
@@ -206,15 +206,15 @@ class MemberSettingsHandler(KaizenHandler):
     async def get(self) -> None:
         member = await self.kaizen.store.members.get(self.member)
         assert member is not None  # ensured in prepare()
-        self.write_json(_settings(member.approval_mode, member.model, self))
+        self.write_json(_settings(member, self))
 
     @web.authenticated
     async def put(self) -> None:
         body = self.parse_body(schemas.MemberSettings)
         member = await self.kaizen.store.members.update_settings(
-            self.member, approval_mode=body.approval_mode, model=body.model
-        )
-        self.write_json(_settings(member.approval_mode, member.model, self))
+            self.member, approval_mode=body.approval_mode, model=body.model,
+            tool_result_compression=body.tool_result_compression)
+        self.write_json(_settings(member, self))
 
 
 class MeHandler(KaizenHandler):
@@ -230,9 +230,10 @@ class OpenAPIHandler(KaizenHandler):
         self.write_json(openapi_document(library=self.kaizen.library_enabled))
 
 
-def _settings(approval_mode: str, model: str | None, handler: KaizenHandler) -> dict[str, Any]:
-    return {"approval_mode": approval_mode, "model": model,
-            "default_model": handler.kaizen.model or None}
+def _settings(member: MemberRecord, handler: KaizenHandler) -> dict[str, Any]:
+    return {"approval_mode": member.approval_mode, "model": member.model,
+            "default_model": handler.kaizen.model or None,
+            "tool_result_compression": member.tool_result_compression}
 
 
 PREFIX = r"/kaizen/api"

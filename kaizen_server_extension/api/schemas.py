@@ -66,6 +66,10 @@ class MemberSettings(BaseModel):
 
     approval_mode: Literal["always_ask", "ask_for_writes", "never_ask"]
     model: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+    tool_result_compression: bool = Field(
+        False, description="Let the model read run_code's stdout and stderr compressed "
+                           "(progress bars, repeated and look-alike lines shortened); the "
+                           "activity and the audit keep the full output")
 
 
 class ApprovalDecision(BaseModel):

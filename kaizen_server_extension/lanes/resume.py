@@ -30,6 +30,7 @@ from kaizen_server_extension.protocol.tools import (
     ToolCallResult,
     ToolOutcome,
 )
+from kaizen_server_extension.runtime.compression import model_bound
 from kaizen_server_extension.runtime.port import CorrectionRule, ResumePoint
 from kaizen_server_extension.store.records import EventRecord
 
@@ -106,10 +107,12 @@ class RunJournal:
         return cls(ordered, steps, synthesis, answer, dangling, closed)
 
     def resume_point(self, rebuilt: Sequence[dict[str, object]],
-                     rules: Sequence[CorrectionRule]) -> ResumePoint | None:
+                     rules: Sequence[CorrectionRule], *,
+                     compress: bool = False) -> ResumePoint | None:
         """The controller's starting point after the committed steps, with the ``rebuilt``
         results of the dangling calls in place of theirs; None when a correction rule the
-        run applied is no longer known (the rule set is bound to the run, R-020)."""
+        run applied is no longer known (the rule set is bound to the run, R-020).
+        ``compress``: the run was admitted with tool-result compression."""
         # The built-in echo guard's reminder is server-authored, not an operator rule: it is
         # replayed like one but does not draw from the correction attempts.
         reminders = {ECHO_RULE_ID: ECHO_REMINDER, **{rule.id: rule.reminder for rule in rules}}
@@ -158,7 +161,9 @@ class RunJournal:
                 data = settled.get(call.call_id, {})
                 result = _result(call, data)
                 results.append(result)
-                messages.append(ChatMessage(role="tool", content=result.content,
+                # What the model read when the call settled (compressed if opted in).
+                messages.append(ChatMessage(role="tool",
+                                            content=model_bound(result, enabled=compress),
                                             tool_call_id=call.call_id, name=call.name))
         return ResumePoint(
             messages=tuple(messages), steps_started=self.steps_started,

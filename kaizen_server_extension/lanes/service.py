@@ -314,6 +314,7 @@ class LaneService:
         member = await self.store.members.get(run.member)
         model = accepted_model or (member.model if member else None) or \
             self._config.default_model
+        compress = member is not None and member.tool_result_compression
         gateway = self._gateway()
         if gateway is None or not model:
             await self.lane.settle(
@@ -347,13 +348,16 @@ class LaneService:
             "correction": correction_binding(self._config),
             "controller": DEFAULT_CONTROLLER,
             "prompt_profile": self._config.prompt_profile.name,
-            **({"posture": posture} if posture != "chat" else {})})
+            **({"posture": posture} if posture != "chat" else {}),
+            # The member's opt-in, fixed for the run (a recovery reads it back from here).
+            **({"compression": True} if compress else {})})
         if not admitted:
             return  # cancelled or recovered before admission; already settled
         if resources:  # the run audit's bounded resource list (R-457)
             await AttachmentStore(self.store).audit_admitted(
                 run.member, run.conversation_id, run.id, resources)
-        manifest = await self._manifest(run, bundle, agent, conversation, tools)
+        manifest = await self._manifest(run, bundle, agent, conversation, tools,
+                                        compress=compress)
 
         await self._drive_turn(run, bundle, tools, manifest, model, gateway, cancelled)
 
@@ -411,7 +415,8 @@ class LaneService:
                             tools=tools.advertised)
 
     async def _manifest(self, run: RunRecord, bundle: AuthorityBundle, agent: AgentRecord,
-                        conversation: ConversationRecord, tools: FrozenTools) -> RunManifest:
+                        conversation: ConversationRecord, tools: FrozenTools, *,
+                        compress: bool) -> RunManifest:
         """What the controller runs with: the same for an admitted and a resumed run."""
         history = await self.store.journal.exchanges(run.conversation_id)
         roster = await roster_for(self.store, run.member, run.conversation_id,
@@ -437,6 +442,7 @@ class LaneService:
             deferred=tools.deferred,
             staged_protocol=STAGED_ARTIFACT_TOOLS.intersection(
                 tool.name for tool in (*tools.advertised, *tools.deferred)),
+            compress_tool_results=compress,
         )
 
     async def _drive_turn(self, run: RunRecord, bundle: AuthorityBundle, tools: FrozenTools,
@@ -607,7 +613,8 @@ class LaneService:
             obstacle = "synthesis_interrupted"  # the grant is never repeated (R-044)
         elif journal.turn_closed or journal.answer is not None:
             obstacle = "turn_closed"
-        point = journal.resume_point(rebuilt, self._config.correction_rules)
+        compress = admitted.get("compression") is True
+        point = journal.resume_point(rebuilt, self._config.correction_rules, compress=compress)
         if point is None:
             obstacle = obstacle or "admission_changed"
         admission = recorded_admission(run)
@@ -625,7 +632,8 @@ class LaneService:
             return  # cancelled or taken over again meanwhile: whoever did settles it
         # The bundle the run was admitted with, field for field (R-006, R-007).
         bundle = admitted_bundle(run, admission, posture)
-        manifest = await self._manifest(run, bundle, agent, conversation, tools)
+        manifest = await self._manifest(run, bundle, agent, conversation, tools,
+                                        compress=compress)
         await self._drive_turn(run, bundle, tools, manifest, run.model, gateway, cancelled,
                                resume=point, controller_name=str(controller_name))
 

@@ -108,6 +108,7 @@ from kaizen_server_extension.protocol.tools import (
     ToolCallRequest,
     ToolCallResult,
 )
+from kaizen_server_extension.runtime.compression import model_bound
 from kaizen_server_extension.runtime.context import Transcript
 from kaizen_server_extension.runtime.correction import CorrectionMatcher
 from kaizen_server_extension.runtime.fallback import fallback_message
@@ -637,7 +638,8 @@ class TurnController:
                 content = HELD_CALL.format(tool=required)
             else:
                 result = next(outcomes)
-                content = result.content if result is not None else NOT_RUN
+                content = NOT_RUN if result is None else model_bound(
+                    result, enabled=self._manifest.compress_tool_results)
             self._transcript.add_tool_result(call, content)
 
         done = [r for r in settled if r is not None]

@@ -156,6 +156,9 @@ class RunManifest:
     # The frozen tools of the staged artifact protocol: a round that calls only these draws
     # from ``budgets.staged_protocol_rounds`` instead of ``budgets.max_cycles``.
     staged_protocol: frozenset[str] = frozenset()
+    # The member opted in to tool-result compression when the run was admitted: the model
+    # reads run_code's streams compressed (``runtime/compression.py``).
+    compress_tool_results: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.engine import Dialect
@@ -87,6 +88,9 @@ class Member(Base):
     approval_mode: Mapped[str] = mapped_column(String(20), server_default="ask_for_writes")
     model: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # Opted in to compressing run_code output for the model (runtime/compression.py).
+    tool_result_compression: Mapped[bool] = mapped_column(Boolean, default=False,
+                                                          server_default=false())
 
     __table_args__ = (CheckConstraint(_in("approval_mode", APPROVAL_MODES), name="approval_mode"),)
 

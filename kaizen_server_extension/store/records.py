@@ -13,6 +13,7 @@ class MemberRecord:
     display_name: str
     approval_mode: str
     model: str | None
+    tool_result_compression: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,7 +46,8 @@ class MemberRepository(_Repository):
         row = await tx.session.get(m.Member, member_id)
         if row is None:
             row = m.Member(id=member_id, display_name=display_name or member_id,
-                           approval_mode="ask_for_writes", created_at=utcnow())
+                           approval_mode="ask_for_writes", tool_result_compression=False,
+                           created_at=utcnow())
             tx.session.add(row)
             await tx.session.flush()
         return _member(row)
@@ -57,15 +58,18 @@ class MemberRepository(_Repository):
             return _member(row) if row else None
 
     async def update_settings(self, member_id: str, *, approval_mode: str,
-                              model: str | None) -> MemberRecord:
+                              model: str | None,
+                              tool_result_compression: bool = False) -> MemberRecord:
         async with self.store.transaction() as tx:
             row = await tx.session.get(m.Member, member_id)
             if row is None:
                 raise NotFound("No such member.")
             row.approval_mode = approval_mode
             row.model = model
-            await tx.audit(member_id, "member.settings", {"approval_mode": approval_mode,
-                                                          "model": model})
+            row.tool_result_compression = tool_result_compression
+            await tx.audit(member_id, "member.settings", {
+                "approval_mode": approval_mode, "model": model,
+                "tool_result_compression": tool_result_compression})
             return _member(row)
 
 
@@ -422,7 +426,8 @@ def run_record(run: m.Run) -> RunRecord:
 
 
 def _member(row: m.Member) -> MemberRecord:
-    return MemberRecord(row.id, row.display_name, row.approval_mode, row.model)
+    return MemberRecord(row.id, row.display_name, row.approval_mode, row.model,
+                        row.tool_result_compression)
 
 
 def _agent(agent: m.Agent, version: m.AgentVersion) -> AgentRecord:

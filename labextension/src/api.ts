@@ -60,6 +60,8 @@ export interface IMemberSettings {
   approval_mode: ApprovalMode;
   model: string | null;
   default_model?: string | null;
+  /** The model reads run_code output compressed; the activity keeps it whole. */
+  tool_result_compression: boolean;
 }
 
 export interface IMe {
@@ -203,7 +205,8 @@ function parseSettings(body: unknown): IMemberSettings | null {
   return {
     approval_mode: body.approval_mode as ApprovalMode,
     model: typeof body.model === 'string' ? body.model : null,
-    default_model: typeof body.default_model === 'string' ? body.default_model : null
+    default_model: typeof body.default_model === 'string' ? body.default_model : null,
+    tool_result_compression: body.tool_result_compression === true
   };
 }
 
@@ -433,11 +436,16 @@ export class KaizenApi {
     return this._call('GET', 'members/me/settings', undefined, 'read your settings', parseSettings);
   }
 
+  /** Replace the member's settings: send every field, or an omitted one is reset. */
   putMemberSettings(body: {
     approval_mode: ApprovalMode;
     model?: string | null;
+    tool_result_compression?: boolean;
   }): Promise<Result<IMemberSettings>> {
-    const payload: Record<string, unknown> = { approval_mode: body.approval_mode };
+    const payload: Record<string, unknown> = {
+      approval_mode: body.approval_mode,
+      tool_result_compression: body.tool_result_compression === true
+    };
     if (body.model) {
       payload.model = body.model;
     }
