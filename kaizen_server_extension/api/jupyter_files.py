@@ -65,17 +65,26 @@ class SaveToJupyter(BaseModel):
                                                "file_exists)")
 
 
-class _ContentsHandler(KaizenHandler):
-    def _files(self, action: str) -> JupyterFiles:
+class ContentsHandler(KaizenHandler):
+    """A route that reads or writes the member's Jupyter files (here, and documents added
+    from Jupyter in ``api/documents.py``)."""
+
+    def _files(self, action: str, *, max_bytes: int | None = None,
+               bound: str = "KAIZEN_JUPYTER_FILE_MAX_BYTES") -> JupyterFiles:
         # Kaizen's own permission was checked in prepare(); the Jupyter server's for its
         # contents is the operator's word on who may touch the files (e.g. read-only users).
         if not self.authorizer.is_authorized(self, self.current_user, action, "contents"):
             raise Forbidden("You are not allowed to use this Jupyter server's files.",
                             code="contents_forbidden")
-        return JupyterFiles(self.contents_manager, max_bytes=self.kaizen.jupyter_file_max_bytes)
+        limit = self.kaizen.jupyter_file_max_bytes
+        if max_bytes is not None and max_bytes < limit:
+            limit = max_bytes
+        else:
+            bound = "KAIZEN_JUPYTER_FILE_MAX_BYTES"
+        return JupyterFiles(self.contents_manager, max_bytes=limit, bound=bound)
 
 
-class JupyterFilesHandler(_ContentsHandler):
+class JupyterFilesHandler(ContentsHandler):
     @web.authenticated
     async def post(self) -> None:
         body = self.parse_body(ReadJupyterFile, limit=16 * 1024)
@@ -86,7 +95,7 @@ class JupyterFilesHandler(_ContentsHandler):
                         status=200 if reused else 201)
 
 
-class SaveToJupyterHandler(_ContentsHandler):
+class SaveToJupyterHandler(ContentsHandler):
     @web.authenticated
     async def post(self, artifact_id: str) -> None:
         body = self.parse_body(SaveToJupyter, limit=16 * 1024)

@@ -13,6 +13,8 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { KaizenApi } from './api';
 import { askMessage, askTitle, cellReference, ICellContext, quotedPart } from './ask';
 import { ICodeActions } from './components/Markdown';
+import { addJupyterDocuments, CitationOpener } from './documents';
+import { DocumentView, documentViewId } from './documentView';
 import { IJupyterHost } from './jupyterHost';
 import { ConsoleLauncher } from './kernelConsole';
 import { registerNotebookCommands } from './notebook/commands';
@@ -29,6 +31,8 @@ namespace CommandIDs {
   export const open = 'kaizen:open';
   export const askAboutCell = 'kaizen:ask-about-cell';
   export const attachFile = 'kaizen:attach-file';
+  export const addToDocuments = 'kaizen:add-to-documents';
+  export const addNotebookToDocuments = 'kaizen:add-notebook-to-documents';
 }
 
 export const kaizenIcon = new LabIcon({
@@ -145,6 +149,40 @@ function selectedFiles(browser: IDefaultFileBrowser | null): string[] {
     .map(item => item.path);
 }
 
+/** A citation opens its document version in the main area (one view per version, reused). */
+function citationOpener(app: JupyterFrontEnd, api: KaizenApi): CitationOpener {
+  const views = new Map<string, DocumentView>();
+  const openPath = (path: string): void => {
+    void app.commands.execute('docmanager:open', { path }).catch(reason => {
+      console.warn('Kaizen: could not open the source file', reason);
+      Notification.error(`JupyterLab could not open ${path}.`, { autoClose: 8000 });
+    });
+  };
+  return (citation, label) => {
+    const id = documentViewId(citation);
+    let view = views.get(id);
+    if (!view || view.isDisposed) {
+      view = new DocumentView(citation, label, { api, openPath });
+      views.set(id, view);
+      view.disposed.connect(() => views.delete(id));
+      app.shell.add(view, 'main', { mode: 'split-right' });
+    }
+    app.shell.activateById(view.id);
+    void view.open(citation);
+  };
+}
+
+/** Add paths to the member's Kaizen documents, one notification per file. */
+async function addToDocuments(api: KaizenApi, paths: string[]): Promise<void> {
+  for (const outcome of await addJupyterDocuments(api, paths)) {
+    if (outcome.ok) {
+      Notification.success(outcome.message, { autoClose: 5000 });
+    } else {
+      Notification.error(outcome.message, { autoClose: 8000 });
+    }
+  }
+}
+
 /** What the panel asks of JupyterLab: the folder to save next to (the notebook's first). */
 function jupyterHost(
   tracker: INotebookTracker | null,
@@ -189,7 +227,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       codeActions: codeActions(app, tracker),
       launchConsole: consoleLauncher(app),
       notebookEditor: tracker ? new JupyterNotebookEditor(app, tracker) : null,
-      host: jupyterHost(tracker, browser)
+      host: jupyterHost(tracker, browser),
+      openCitation: citationOpener(app, api)
     });
     panel.id = PANEL_ID;
     panel.title.icon = kaizenIcon;
@@ -286,6 +325,57 @@ const plugin: JupyterFrontEndPlugin<void> = {
       selector: '.jp-DirListing-item[data-isdir="false"]',
       rank: 60
     });
+
+    // "Add to Kaizen documents" on files of the file browser (every selected file): the
+    // server reads each through its ContentsManager into the member's documents; adding a
+    // file again makes its next version.
+    app.commands.addCommand(CommandIDs.addToDocuments, {
+      label: 'Add to Kaizen Documents',
+      caption: 'Add this file to your Kaizen documents, for search with citations',
+      icon: kaizenIcon,
+      isVisible: () => selectedFiles(browser).length > 0,
+      execute: async args => {
+        const paths = typeof args.path === 'string' ? [args.path] : selectedFiles(browser);
+        await addToDocuments(api, paths);
+      }
+    });
+    app.contextMenu.addItem({
+      command: CommandIDs.addToDocuments,
+      selector: '.jp-DirListing-item[data-isdir="false"]',
+      rank: 61
+    });
+
+    // The current notebook, saved first: the server reads the file, so what Kaizen indexes
+    // is what the member sees.
+    if (tracker) {
+      app.commands.addCommand(CommandIDs.addNotebookToDocuments, {
+        label: args => (args.isToolbar ? '' : 'Add This Notebook to Kaizen Documents'),
+        caption: 'Add this notebook to your Kaizen documents (saved first)',
+        icon: args => (args.isPalette ? undefined : kaizenIcon),
+        isEnabled: () => !!tracker.currentWidget,
+        execute: async () => {
+          const current = tracker.currentWidget;
+          if (!current) {
+            return;
+          }
+          await current.context.ready;
+          if (current.context.model.dirty) {
+            await current.context.save();
+          }
+          await addToDocuments(api, [current.context.path]);
+        }
+      });
+      palette?.addItem({
+        command: CommandIDs.addNotebookToDocuments,
+        category: 'Kaizen',
+        args: { isPalette: true }
+      });
+      app.contextMenu.addItem({
+        command: CommandIDs.addNotebookToDocuments,
+        selector: '.jp-Notebook',
+        rank: 21
+      });
+    }
 
     if (restorer) {
       restorer.add(panel, PANEL_ID);
