@@ -53,6 +53,7 @@ export class DocumentView extends Widget {
   }
 
   private _render(found: IDocumentPassages): void {
+    this.title.label = `${found.title} (v${found.version})`;
     const header = this._element('header', 'jp-Kaizen-documentHeader');
     header.append(
       this._element('h2', 'jp-Kaizen-documentTitle', found.title),
