@@ -84,7 +84,7 @@ export class DocumentView extends Widget {
       body.append(section);
     }
     this.node.replaceChildren(header);
-    if (!cited) {
+    if (!cited && this._citation.chunkId) {
       const missing = this._element('p', 'jp-Kaizen-error', 'The cited passage is not in this version.');
       missing.setAttribute('role', 'alert');
       this.node.append(missing);

@@ -225,6 +225,67 @@ export async function openCitation(
   return result;
 }
 
+// --- the member's documents -------------------------------------------------------------
+
+/** One entry of `GET kaizen/api/documents`. */
+export interface IDocumentSummary {
+  id: string;
+  owner: string;
+  title: string;
+  version: number;
+  filename: string;
+  chunks: number;
+  updatedAt: string;
+  /** The owner's Jupyter path it was added from; null for an upload or another's. */
+  sourcePath: string | null;
+}
+
+export function parseDocuments(body: unknown): IDocumentSummary[] | null {
+  if (!Array.isArray(body)) {
+    return null;
+  }
+  const out: IDocumentSummary[] = [];
+  for (const item of body) {
+    if (
+      !isRecord(item) ||
+      typeof item.id !== 'string' ||
+      typeof item.owner !== 'string' ||
+      typeof item.title !== 'string' ||
+      typeof item.version !== 'number' ||
+      typeof item.filename !== 'string' ||
+      typeof item.chunks !== 'number'
+    ) {
+      return null;
+    }
+    out.push({
+      id: item.id,
+      owner: item.owner,
+      title: item.title,
+      version: item.version,
+      filename: item.filename,
+      chunks: item.chunks,
+      updatedAt: typeof item.updated_at === 'string' ? item.updated_at : '',
+      sourcePath: typeof item.source_path === 'string' ? item.source_path : null
+    });
+  }
+  return out;
+}
+
+export function listDocuments(api: KaizenApi): Promise<Result<IDocumentSummary[]>> {
+  return api.call('GET', 'documents', undefined, 'list your documents', parseDocuments);
+}
+
+/** Delete a document the member owns (every version, passage and share goes with it). */
+export function removeDocument(api: KaizenApi, documentId: string): Promise<Result<true>> {
+  return api.call(
+    'DELETE',
+    `documents/${encodeURIComponent(documentId)}`,
+    undefined,
+    'remove the document',
+    () => true
+  );
+}
+
 /** What the view says above the passages: the version, and whether a newer one exists. */
 export function versionNote(passages: IDocumentPassages): string {
   return passages.version < passages.currentVersion

@@ -3,7 +3,7 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette, InputDialog, Notification } from '@jupyterlab/apputils';
+import { Dialog, ICommandPalette, InputDialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { IDefaultFileBrowser } from '@jupyterlab/filebrowser';
 import { INotebookTracker, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
@@ -14,6 +14,7 @@ import { KaizenApi } from './api';
 import { askMessage, askTitle, cellReference, ICellContext, quotedPart } from './ask';
 import { ICodeActions } from './components/Markdown';
 import { addJupyterDocuments, CitationOpener } from './documents';
+import { DocumentsList } from './documentsList';
 import { DocumentView, documentViewId } from './documentView';
 import { IJupyterHost } from './jupyterHost';
 import { ConsoleLauncher } from './kernelConsole';
@@ -33,6 +34,7 @@ namespace CommandIDs {
   export const attachFile = 'kaizen:attach-file';
   export const addToDocuments = 'kaizen:add-to-documents';
   export const addNotebookToDocuments = 'kaizen:add-notebook-to-documents';
+  export const openDocuments = 'kaizen:open-documents';
 }
 
 export const kaizenIcon = new LabIcon({
@@ -173,7 +175,7 @@ function citationOpener(app: JupyterFrontEnd, api: KaizenApi): CitationOpener {
 }
 
 /** Add paths to the member's Kaizen documents, one notification per file. */
-async function addToDocuments(api: KaizenApi, paths: string[]): Promise<void> {
+async function addToDocuments(api: KaizenApi, paths: string[], list: DocumentsList | null): Promise<void> {
   for (const outcome of await addJupyterDocuments(api, paths)) {
     if (outcome.ok) {
       Notification.success(outcome.message, { autoClose: 5000 });
@@ -181,6 +183,18 @@ async function addToDocuments(api: KaizenApi, paths: string[]): Promise<void> {
       Notification.error(outcome.message, { autoClose: 8000 });
     }
   }
+  if (list?.isAttached) {
+    await list.refresh();
+  }
+}
+
+async function confirmRemove(title: string): Promise<boolean> {
+  const answer = await showDialog({
+    title: 'Remove from Kaizen documents?',
+    body: `"${title}" and all its versions are removed; rooms it was shared into lose it at once. The file in Jupyter stays.`,
+    buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Remove' })]
+  });
+  return answer.button.accept;
 }
 
 /** What the panel asks of JupyterLab: the folder to save next to (the notebook's first). */
@@ -221,6 +235,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     browser: IDefaultFileBrowser | null
   ): void => {
     const api = new KaizenApi(app.serviceManager.serverSettings);
+    const openCitation = citationOpener(app, api);
     const panel = new KaizenPanel({
       api,
       rendermime,
@@ -228,8 +243,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
       launchConsole: consoleLauncher(app),
       notebookEditor: tracker ? new JupyterNotebookEditor(app, tracker) : null,
       host: jupyterHost(tracker, browser),
-      openCitation: citationOpener(app, api)
+      openCitation,
+      openDocuments: () => void app.commands.execute(CommandIDs.openDocuments)
     });
+    let documentsList: DocumentsList | null = null;
     panel.id = PANEL_ID;
     panel.title.icon = kaizenIcon;
     panel.title.caption = 'Kaizen';
@@ -336,7 +353,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       isVisible: () => selectedFiles(browser).length > 0,
       execute: async args => {
         const paths = typeof args.path === 'string' ? [args.path] : selectedFiles(browser);
-        await addToDocuments(api, paths);
+        await addToDocuments(api, paths, documentsList);
       }
     });
     app.contextMenu.addItem({
@@ -362,7 +379,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
           if (current.context.model.dirty) {
             await current.context.save();
           }
-          await addToDocuments(api, [current.context.path]);
+          await addToDocuments(api, [current.context.path], documentsList);
         }
       });
       palette?.addItem({
@@ -376,6 +393,26 @@ const plugin: JupyterFrontEndPlugin<void> = {
         rank: 21
       });
     }
+
+    app.commands.addCommand(CommandIDs.openDocuments, {
+      label: 'Open Kaizen Documents',
+      caption: 'The documents Kaizen can search for you: open or remove them',
+      execute: () => {
+        if (!documentsList || documentsList.isDisposed) {
+          documentsList = new DocumentsList({
+            api,
+            open: openCitation,
+            confirmRemove,
+            me: () => panel.model.getSnapshot().me?.member ?? null
+          });
+          app.shell.add(documentsList, 'main');
+        } else {
+          void documentsList.refresh();
+        }
+        app.shell.activateById(documentsList.id);
+      }
+    });
+    palette?.addItem({ command: CommandIDs.openDocuments, category: 'Kaizen' });
 
     if (restorer) {
       restorer.add(panel, PANEL_ID);

@@ -21,13 +21,15 @@ export interface IKaizenAppProps {
   rendermime: IRenderMimeRegistry;
   codeActions: ICodeActions;
   launchConsole?: ConsoleLauncher;
+  openDocuments?: () => void;
 }
 
 export function KaizenApp({
   model,
   rendermime,
   codeActions,
-  launchConsole
+  launchConsole,
+  openDocuments
 }: IKaizenAppProps): JSX.Element {
   const state = useSyncExternalStore(model.subscribe, model.getSnapshot);
   const preferences = useSyncExternalStore(
@@ -76,6 +78,7 @@ export function KaizenApp({
       onOpen={id => model.select(id)}
       onRefresh={() => void model.refresh()}
       onDismissError={() => model.dismissError()}
+      onOpenDocuments={openDocuments}
     />
   );
 }
@@ -92,6 +95,8 @@ export class KaizenPanel extends ReactWidget {
     host?: IJupyterHost;
     /** Opens a cited passage; without it citations stay plain text. */
     openCitation?: CitationOpener;
+    /** Opens the member's documents list (the "Documents" button). */
+    openDocuments?: () => void;
   }) {
     super();
     this.model = options.model ?? new PanelModel(options.api);
@@ -101,6 +106,7 @@ export class KaizenPanel extends ReactWidget {
     this._notebookTools = { api: this.model.api, editor: options.notebookEditor ?? null };
     this._host = options.host ?? { currentFolder: () => '' };
     this._openCitation = options.openCitation ?? null;
+    this._openDocuments = options.openDocuments;
     this.addClass('jp-Kaizen-panel');
   }
 
@@ -116,6 +122,7 @@ export class KaizenPanel extends ReactWidget {
           rendermime={this._rendermime}
           codeActions={this._codeActions}
           launchConsole={this._launchConsole}
+          openDocuments={this._openDocuments}
         />
       </CitationContext.Provider>
       </JupyterHostContext.Provider>
@@ -137,4 +144,5 @@ export class KaizenPanel extends ReactWidget {
   private readonly _notebookTools: { api: KaizenApi; editor: INotebookEditor | null };
   private readonly _host: IJupyterHost;
   private readonly _openCitation: CitationOpener | null;
+  private readonly _openDocuments?: () => void;
 }

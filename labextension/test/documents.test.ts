@@ -9,8 +9,11 @@ import {
   linkCitations,
   NO_LONGER_AVAILABLE,
   openCitation,
+  listDocuments,
   parseAdded,
+  parseDocuments,
   parsePassages,
+  removeDocument,
   versionNote
 } from '../src/documents';
 
@@ -152,5 +155,35 @@ describe('opening a citation', () => {
     assert.equal(parsePassages({ ...passages, passages: [{ chunk_id: 1 }] }), null);
     assert.equal(parsePassages({ ...passages, version: '2' }), null);
     assert.equal(parsePassages({ ...passages, source_path: null })?.sourcePath, null);
+  });
+});
+
+describe('the documents list', () => {
+  const entry = {
+    id: DOC, owner: 'alice', title: 'Travel policy', version: 2, filename: 'policy.md',
+    media_type: 'text/markdown', size: 40, sha256: 'x', chunks: 3,
+    created_at: '2026-12-04T00:00:00Z', updated_at: '2026-12-04T00:00:00Z',
+    source_path: 'notes/policy.md'
+  };
+
+  it('lists documents with where they came from, and removes by id', async () => {
+    const { api, calls } = fakeApi({
+      documents: () => ({ ok: true, value: [entry, { ...entry, id: 'd2', owner: 'bob', source_path: null }] }),
+      [`documents/${DOC}`]: () => ({ ok: true, value: null })
+    });
+    const listed = await listDocuments(api);
+    assert.ok(listed.ok);
+    assert.deepEqual(listed.value.map(d => [d.id, d.owner, d.sourcePath]), [
+      [DOC, 'alice', 'notes/policy.md'],
+      ['d2', 'bob', null]
+    ]);
+    const removed = await removeDocument(api, DOC);
+    assert.deepEqual(removed, { ok: true, value: true });
+    assert.deepEqual(calls.map(c => [c.method, c.path]), [['GET', 'documents'], ['DELETE', `documents/${DOC}`]]);
+  });
+
+  it('refuses a listing that is not the documented shape', () => {
+    assert.equal(parseDocuments({ documents: [] }), null);
+    assert.equal(parseDocuments([{ ...entry, version: '2' }]), null);
   });
 });

@@ -971,6 +971,35 @@ async function documentsFromJupyter(page) {
     hotels: after.body.filter(d => d.source_path === 'hotels.md').map(d => d.version)
   });
 
+  // The open notebook, edited and not saved: the palette command saves it first, then adds it.
+  await item('analysis.ipynb').dblclick();
+  const cell = page.locator('.jp-NotebookPanel .jp-Cell .cm-content').first();
+  await cell.waitFor({ timeout: TIMEOUT });
+  await cell.click();
+  await page.keyboard.press('End');
+  await page.keyboard.type('  # the pelican count');
+  await page.keyboard.press('Escape');
+  await page.keyboard.press('Control+Shift+c');
+  const palette = page.locator('.lm-CommandPalette-input');
+  await palette.waitFor({ timeout: TIMEOUT });
+  await palette.fill('Add This Notebook to Kaizen Documents');
+  await page.locator('.lm-CommandPalette-item').filter({ hasText: 'Add This Notebook to Kaizen Documents' }).first().click();
+  await page.getByText('Added analysis.ipynb to your Kaizen documents.').first().waitFor({ timeout: TIMEOUT });
+  const pelican = await kaizenCall(page, 'GET', 'document-search?q=pelican');
+  log('notebook-added', {
+    hits: pelican.body.hits.map(h => ({ title: h.title, locator: h.locator, saved: h.excerpt.includes('pelican count') }))
+  });
+
+  // The documents list, from the panel's "Documents" button.
+  await page.locator('#kaizen-panel .jp-Kaizen-openDocuments').click();
+  const list = page.locator('#kaizen-documents[data-state="ready"]');
+  await list.waitFor({ timeout: TIMEOUT });
+  log('documents-listed', {
+    items: await list.locator('.jp-Kaizen-documentItem').evaluateAll(items =>
+      items.map(i => ({ path: i.dataset.path ?? null, title: i.querySelector('.jp-Kaizen-documentOpen').textContent }))
+    )
+  });
+
   // 2. The scripted model searches and cites the passage it retrieved.
   const found = await kaizenCall(page, 'GET', 'document-search?q=economy%20flights');
   const hit = found.body.hits.find(h => h.title === 'travel-policy.md');
@@ -1034,8 +1063,13 @@ async function documentsFromJupyter(page) {
   await editorTab.waitFor({ timeout: TIMEOUT });
   log('source-opened', { tabs: await editorTab.count() });
 
-  // 5. Deleted: the same link now says the document is no longer available.
-  const removed = await kaizenCall(page, 'DELETE', `documents/${hit.document_id}`);
+  // 5. Removed from the documents list: the same link now says it is no longer available.
+  await page.locator('.lm-DockPanel-tabBar .lm-TabBar-tab').filter({ hasText: 'Kaizen Documents' }).click();
+  const entry = page.locator(`#kaizen-documents .jp-Kaizen-documentItem[data-document-id="${hit.document_id}"]`);
+  await entry.locator('.jp-Kaizen-documentRemove').click();
+  await page.locator('.jp-Dialog').getByRole('button', { name: 'Remove' }).click();
+  await entry.waitFor({ state: 'detached', timeout: TIMEOUT });
+  const removed = await kaizenCall(page, 'GET', `documents/${hit.document_id}`);
   await link.click();
   const gone = page.locator('.jp-Kaizen-documentView[data-state="unavailable"]');
   await gone.waitFor({ timeout: TIMEOUT });

@@ -12,6 +12,7 @@ it is no longer available and shows nothing of it.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,11 @@ from tests.support.server import ServerProcess, start_server
 POLICY = ("# Travel policy\n\n" + "Background about the policy.\n" * 60
           + "\n## Flights\n\nEconomy class is required for flights under six hours.\n")
 HOTELS = "# Hotels\n\nHotels are booked through the travel portal.\n"
+NOTEBOOK = {"nbformat": 4, "nbformat_minor": 5,
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                        "language": "python"}},
+            "cells": [{"cell_type": "code", "metadata": {}, "id": "c1", "execution_count": None,
+                       "outputs": [], "source": "birds = 3"}]}
 
 node = panel_e2e.node  # the same preconditions (Node.js, the built panel, Chromium)
 
@@ -39,6 +45,7 @@ def documents_lab(node: str, tmp_path: Path) -> Iterator[tuple[ServerProcess, Fa
     (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
     (root / "travel-policy.md").write_text(POLICY)
     (root / "hotels.md").write_text(HOTELS)
+    (root / "analysis.ipynb").write_text(json.dumps(NOTEBOOK))
     server = start_server(root, sqlite_url_for(root / "kaizen.db"), None, extra_env={
         "KAIZEN_MODEL_BASE_URL": fake.base_url, "KAIZEN_MODEL": "fake-model"})
     try:
@@ -65,6 +72,14 @@ def test_files_added_from_the_file_browser_are_cited_and_the_citation_opens_the_
     assert versioned["edited"] == 200 and versioned["count"] == 2, report
     assert versioned["hotels"] == [2], report  # the same document, its next version
 
+    # The open notebook's unsaved edit was saved before the server read it.
+    assert steps["notebook-added"]["hits"] == [
+        {"title": "analysis.ipynb", "locator": "cell 1 (code), line 1", "saved": True}], report
+    items = steps["documents-listed"]["items"]
+    assert sorted((i["path"], i["title"]) for i in items) == [
+        ("analysis.ipynb", "analysis.ipynb"), ("hotels.md", "hotels.md"),
+        ("travel-policy.md", "travel-policy.md")], report
+
     opened = steps["citation-opened"]
     assert opened["linkText"].startswith("travel-policy.md, v1, lines "), report
     assert opened["linkChunk"] == opened["hitChunk"] == opened["citedChunk"], report
@@ -73,7 +88,7 @@ def test_files_added_from_the_file_browser_are_cited_and_the_citation_opens_the_
     assert steps["source-opened"]["tabs"] == 1, report
 
     gone = steps["citation-unavailable"]
-    assert gone["deleted"] == 204, report
+    assert gone["deleted"] == 404, report  # removed from the list: gone on the server
     assert gone["message"].startswith("This document is no longer available to you"), report
     assert gone["passages"] == 0, report
     for shot in ("documents-added.png", "documents-citation-opened.png",
