@@ -69,8 +69,9 @@ class AddJupyterDocument(BaseModel):
 
     path: ContentsPath = Field(description="API path relative to the Jupyter server's root, "
                                            "as the file browser shows it")
-    title: Title | None = Field(None, description="The document's title; the file's name "
-                                                  "when it is first added")
+    title: Title | None = Field(None, description="The title of the document the first add "
+                                                  "of this path creates (else the file's "
+                                                  "name); a later add keeps it")
 
 
 def _content(raw: str) -> bytes:

@@ -186,9 +186,9 @@ class DocumentStore:
     async def add_from_path(self, member: str, path: str, filename: str, content: bytes,
                             title: str | None = None) -> tuple[DocumentRecord, SourceOutcome]:
         """``content`` of the member's Jupyter file ``path`` as a document: the first add
-        makes one, a later add with other bytes its next version, an add of unchanged bytes
-        nothing. The source row's key serializes concurrent adds of one path (the loser of
-        the insert looks again)."""
+        makes one (titled ``title`` or the file's name), a later add with other bytes its
+        next version (the title kept), an add of unchanged bytes nothing. The source row's
+        key serializes concurrent adds of one path (the loser of the insert looks again)."""
         extracted = extract(filename, content)
         digest = hashlib.sha256(content).hexdigest()
         for _attempt in range(3):
@@ -217,14 +217,12 @@ class DocumentStore:
                     current = await tx.session.get(m.DocumentVersion,
                                                    (row.id, row.current_version))
                     if current is not None and (current.sha256, current.filename) == (
-                            digest, filename[:300]) and (title is None or title == row.title):
+                            digest, filename[:300]):
                         return await self._record(tx, row), SourceOutcome.UNCHANGED
                     version = row.current_version + 1
                     await self._add_version(tx, row.id, version, member, filename, content,
                                             extracted)
                     row.current_version, row.updated_at = version, now
-                    if title is not None:
-                        row.title = title
                     source.updated_at = now
                     await tx.session.flush()
                     await tx.audit(member, "member.document.versioned",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,10 @@ def test_a_jupyter_file_becomes_a_document_and_adding_it_again_a_version(
         assert again.status_code == 200, again.text
         assert (again.json()["outcome"], again.json()["document"]["id"],
                 again.json()["document"]["version"]) == ("unchanged", document["id"], 1)
+        # A title with a later add changes nothing: it names the document the first add made.
+        retitled = _add(alice, "notes/policy.md", title="Something else")
+        assert (retitled.status_code, retitled.json()["document"]["title"]) == (
+            200, "Travel policy")
 
         # Changed on disk: the next version of the same document, the title kept.
         (tree / "notes" / "policy.md").write_text(POLICY.replace("Economy", "Business"))
@@ -155,6 +160,27 @@ def test_notebooks_and_word_files_are_added_like_uploads(
         assert review.status_code == 201, review.text
         assert [h["document_id"] for h in _hits(alice, "kestrel")] == [
             review.json()["document"]["id"]]
+
+
+def test_concurrent_adds_of_one_path_make_one_document(
+        served: tuple[ServerProcess, FakeOpenAI], tree: Path) -> None:
+    """The source row's key (owner, path) is the database's word: racing first adds of a path
+    make one document with one version, the others see it unchanged."""
+    (tree / "notes" / "race.md").write_text("# Race\n\nThe heron race starts at noon.\n")
+    server, _ = served
+
+    def add() -> httpx.Response:
+        with server.client("alice") as alice:
+            return _add(alice, "notes/race.md")
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        answers = list(pool.map(lambda _: add(), range(4)))
+    assert sorted(a.status_code for a in answers) == [200, 200, 200, 201], [
+        a.text for a in answers]
+    assert len({a.json()["document"]["id"] for a in answers}) == 1
+    with server.client("alice") as alice:
+        mine = [d for d in alice.get("documents").json() if d["source_path"] == "notes/race.md"]
+    assert [d["version"] for d in mine] == [1]
 
 
 @pytest.mark.parametrize(("path", "status", "code"), [
