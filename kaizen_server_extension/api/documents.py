@@ -248,6 +248,8 @@ def documents_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
                      "contents_forbidden (the Jupyter server's own permission)",
                 404: "The document (or room, or Jupyter file: file_not_found) does not "
                      "exist or is not available to you",
+                409: "file_unreadable (the Jupyter server returned the file in a form "
+                     "Kaizen cannot read), document_busy (try again)",
                 413: "The request body (or the Jupyter file: file_too_large) is too large",
                 422: "Schema violation, or a file that cannot be read as a document"}
         return {str(c): {"description": text[c], "content": {json_type: {"schema": error}}}
@@ -327,7 +329,7 @@ def documents_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
                        "unsupported types write nothing", "addJupyterDocument",
                        {**answer("Created, or a new version", ref("JupyterDocument"), "201"),
                         **answer("Unchanged: the current version", ref("JupyterDocument")),
-                        **errors(400, 403, 404, 413, 422)}, body="AddJupyterDocument"),
+                        **errors(400, 403, 404, 409, 413, 422)}, body="AddJupyterDocument"),
         },
         "/kaizen/api/documents/{document_id}/versions/{version}/passages": {
             "get": op("The passages of one exact version in order, each with its chunk id "
