@@ -29,6 +29,7 @@ from kaizen_server_extension.document_text import (
     media_type_for,
     query_terms,
 )
+from kaizen_server_extension.jupyter_files import api_path
 from kaizen_server_extension.protocol.errors import BadRequest
 from kaizen_server_extension.store.documents import MAX_HITS, DocumentStore, SourceOutcome
 
@@ -121,8 +122,9 @@ class JupyterDocumentsHandler(_DocumentHandler, ContentsHandler):
         body = self.parse_body(AddJupyterDocument, limit=16 * 1024)
         files = self._files("read", max_bytes=MAX_DOCUMENT_BYTES,
                             bound="a document's limit")
-        # The type is the name's, as for an upload: refused before a byte is read.
-        media_type_for(posixpath.basename(body.path))
+        # The type is the name's, as for an upload: refused before a byte is read (a path
+        # outside the rules is that first).
+        media_type_for(posixpath.basename(api_path(body.path)))
         file = await files.read(body.path)
         record, outcome = await self.documents.add_from_path(
             self.member, file.path, file.name, file.content, body.title)

@@ -189,6 +189,7 @@ def test_concurrent_adds_of_one_path_make_one_document(
     ("/etc/passwd.txt", 400, "invalid_path"),
     ("~/notes.txt", 400, "invalid_path"),
     ("notes//policy.md", 400, "invalid_path"),
+    ("../tool.exe", 400, "invalid_path"),  # the path's rules before its type
     (".private/keys.txt", 403, "hidden_path"),
     ("notes/.draft.md", 403, "hidden_path"),
     ("notes/escape.txt", 403, "outside_root"),
