@@ -16,6 +16,13 @@ from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler
 from kaizen_server_extension.api.jupyter_files import ContentsHandler, ContentsPath
+from kaizen_server_extension.api.openapi_parts import (
+    answer,
+    error_answers,
+    operation,
+    path_param,
+    ref,
+)
 from kaizen_server_extension.api.params import (
     ID,
     MAX_INT32,
@@ -231,46 +238,28 @@ def document_routes(prefix: str) -> list[tuple[str, type[web.RequestHandler]]]:
     ]
 
 
+_ERROR_TEXT = {
+    400: "Malformed request", 401: "Not authenticated",
+    403: "hidden_path, outside_root (a symlink out of the root), contents_forbidden (the "
+         "Jupyter server's own permission)",
+    404: "The document (or room, or Jupyter file: file_not_found) does not exist or is not "
+         "available to you",
+    409: "file_unreadable (the Jupyter server returned the file in a form Kaizen cannot "
+         "read), document_busy (try again)",
+    413: "The request body (or the Jupyter file: file_too_large) is too large",
+    422: "Schema violation, or a file that cannot be read as a document"}
+
+
 def documents_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
     """(paths, component schemas) for ``api/openapi.py``."""
-    json_type = "application/json"
-    error = {"$ref": "#/components/schemas/Error"}
-
-    def ref(name: str) -> dict[str, str]:
-        return {"$ref": f"#/components/schemas/{name}"}
-
-    def answer(description: str, schema: dict[str, Any], status: str = "200"
-               ) -> dict[str, Any]:
-        return {status: {"description": description,
-                         "content": {json_type: {"schema": schema}}}}
 
     def errors(*codes: int) -> dict[str, Any]:
-        text = {400: "Malformed request", 401: "Not authenticated",
-                403: "hidden_path, outside_root (a symlink out of the root), "
-                     "contents_forbidden (the Jupyter server's own permission)",
-                404: "The document (or room, or Jupyter file: file_not_found) does not "
-                     "exist or is not available to you",
-                409: "file_unreadable (the Jupyter server returned the file in a form "
-                     "Kaizen cannot read), document_busy (try again)",
-                413: "The request body (or the Jupyter file: file_too_large) is too large",
-                422: "Schema violation, or a file that cannot be read as a document"}
-        return {str(c): {"description": text[c], "content": {json_type: {"schema": error}}}
-                for c in (401, *codes)}
+        return error_answers(_ERROR_TEXT, *codes)
 
     def op(summary: str, op_id: str, responses: dict[str, Any], *,
            params: list[dict[str, Any]] | None = None, body: str | None = None
            ) -> dict[str, Any]:
-        out: dict[str, Any] = {"summary": summary, "operationId": op_id,
-                               "responses": responses}
-        if params:
-            out["parameters"] = params
-        if body:
-            out["requestBody"] = {"required": True,
-                                  "content": {json_type: {"schema": ref(body)}}}
-        return out
-
-    def path_param(name: str) -> dict[str, Any]:
-        return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        return operation(summary, op_id, responses, params=params, body_schema=body)
 
     document, room = path_param("document_id"), path_param("conversation_id")
     version = path_param("version")

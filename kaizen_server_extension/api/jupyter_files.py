@@ -28,6 +28,7 @@ from pydantic import (
 from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler, whole_number
+from kaizen_server_extension.api.openapi_parts import body, error_answers
 from kaizen_server_extension.api.params import ID, MAX_INT32
 from kaizen_server_extension.jupyter_files import MAX_PATH_CHARS, PATH_PATTERN, JupyterFiles
 from kaizen_server_extension.protocol.errors import Forbidden
@@ -120,26 +121,22 @@ def jupyter_file_routes(prefix: str) -> list[tuple[str, type[web.RequestHandler]
     ]
 
 
+_ERROR_TEXT = {
+    400: "invalid_path (absolute, '.' or '..', empty segment), not_a_file, malformed JSON",
+    401: "Not authenticated",
+    403: "hidden_path, outside_root (a symlink out of the root), contents_forbidden, "
+         "not_owner",
+    404: "file_not_found, folder_not_found, artifact_not_found",
+    409: "file_exists (no overwrite), not_a_file",
+    413: "file_too_large (names KAIZEN_JUPYTER_FILE_MAX_BYTES)",
+    422: "Schema violation"}
+
+
 def jupyter_files_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
     """(paths, component schemas) for ``api/openapi.py``."""
-    error = {"$ref": "#/components/schemas/Error"}
 
     def errors(*codes: int) -> dict[str, Any]:
-        text = {400: "invalid_path (absolute, '.' or '..', empty segment), not_a_file, "
-                     "malformed JSON",
-                401: "Not authenticated",
-                403: "hidden_path, outside_root (a symlink out of the root), "
-                     "contents_forbidden, not_owner",
-                404: "file_not_found, folder_not_found, artifact_not_found",
-                409: "file_exists (no overwrite), not_a_file",
-                413: "file_too_large (names KAIZEN_JUPYTER_FILE_MAX_BYTES)",
-                422: "Schema violation"}
-        return {str(c): {"description": text[c], "content": {"application/json": {
-            "schema": error}}} for c in (401, *codes)}
-
-    def body(name: str) -> dict[str, Any]:
-        return {"required": True, "content": {"application/json": {
-            "schema": {"$ref": f"#/components/schemas/{name}"}}}}
+        return error_answers(_ERROR_TEXT, *codes)
 
     read = {"type": "object", "required": ["path", "reused", "artifact"],
             "properties": {"path": {"type": "string"}, "reused": {"type": "boolean"},
