@@ -23,10 +23,12 @@ import httpx
 import pytest
 
 from kaizen_server_extension.document_text import MAX_DOCUMENT_BYTES
+from kaizen_server_extension.store.engine import sqlite_url_for
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from tests.conftest import BACKENDS, served_by
 from tests.lanes.test_turns import _events, _send, _settled
-from tests.support.server import ServerProcess
+from tests.support.contents_authorizer import NO_CONTENTS
+from tests.support.server import ServerProcess, start_server
 
 POLICY = "# Travel policy\n\nEconomy class is required for flights under six hours.\n"
 NOTEBOOK = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
@@ -317,6 +319,27 @@ def test_a_citation_kept_in_an_answer_opens_the_passage_it_cites(
         passages = alice.get(f"documents/{document_id}/versions/{version}/passages").json()
         (cited,) = [p for p in passages["passages"] if p["chunk_id"] == chunk]
         assert "doubled in the northern valley" in cited["text"]
+
+
+def test_without_the_jupyter_servers_permission_for_its_files_nothing_is_read(
+        tmp_path: Path) -> None:
+    """The Jupyter server's Authorizer is asked for ``contents`` besides Kaizen's own check: a
+    member it refuses adds nothing (the permission is the Jupyter server's, not a database's:
+    SQLite only)."""
+    root = tmp_path / "server"
+    root.mkdir()
+    (root / "policy.md").write_text(POLICY)
+    server = start_server(root, sqlite_url_for(root / "kaizen.db"), extra_args=[
+        "--ServerApp.authorizer_class=tests.support.contents_authorizer.NoContentsForCarol"])
+    try:
+        with server.client(NO_CONTENTS) as carol, server.client("alice") as alice:
+            refused = _add(carol, "policy.md")
+            assert (refused.status_code, refused.json()["error"]["code"]) == (
+                403, "contents_forbidden"), refused.text
+            assert carol.get("documents").json() == []
+            assert _add(alice, "policy.md").status_code == 201  # the others are unaffected
+    finally:
+        server.stop()
 
 
 def test_the_routes_are_in_the_openapi_document(
