@@ -115,9 +115,12 @@ class SavedFile:
 class JupyterFiles:
     """Reads and writes of one ContentsManager under the rules of this module."""
 
-    def __init__(self, contents_manager: Any, *, max_bytes: int) -> None:
+    def __init__(self, contents_manager: Any, *, max_bytes: int,
+                 bound: str = "KAIZEN_JUPYTER_FILE_MAX_BYTES") -> None:
         self._cm = contents_manager
         self.max_bytes = max_bytes
+        #: What ``max_bytes`` is, named in a too-large refusal.
+        self.bound = bound
 
     async def read(self, raw_path: str) -> JupyterFile:
         path = api_path(raw_path)
@@ -206,7 +209,7 @@ class JupyterFiles:
 
     def _too_large(self, size: int) -> TooLarge:
         return TooLarge(f"The file is {_size(size)}; the limit is {_size(self.max_bytes)} "
-                        "(KAIZEN_JUPYTER_FILE_MAX_BYTES).", code="file_too_large")
+                        f"({self.bound}).", code="file_too_large")
 
     @staticmethod
     async def _ask(call: Callable[..., T | Awaitable[T]], *args: Any, **kwargs: Any) -> Any:

@@ -8,12 +8,21 @@ from __future__ import annotations
 
 import base64
 import binascii
+import posixpath
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.api.jupyter_files import ContentsHandler, ContentsPath
+from kaizen_server_extension.api.openapi_parts import (
+    answer,
+    error_answers,
+    operation,
+    path_param,
+    ref,
+)
 from kaizen_server_extension.api.params import (
     ID,
     MAX_INT32,
@@ -22,9 +31,14 @@ from kaizen_server_extension.api.params import (
     query_int,
     query_value,
 )
-from kaizen_server_extension.document_text import MAX_DOCUMENT_BYTES, query_terms
+from kaizen_server_extension.document_text import (
+    MAX_DOCUMENT_BYTES,
+    media_type_for,
+    query_terms,
+)
+from kaizen_server_extension.jupyter_files import api_path
 from kaizen_server_extension.protocol.errors import BadRequest
-from kaizen_server_extension.store.documents import MAX_HITS, DocumentStore
+from kaizen_server_extension.store.documents import MAX_HITS, DocumentStore, SourceOutcome
 
 DOCUMENT_ID = ID
 #: A file name as uploaded: one path segment, a suffix naming its type.
@@ -56,6 +70,18 @@ class UploadVersion(BaseModel):
     content_base64: Content
 
 
+class AddJupyterDocument(BaseModel):
+    """``POST jupyter-documents``: a file of the member's Jupyter tree into their corpus."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    path: ContentsPath = Field(description="API path relative to the Jupyter server's root, "
+                                           "as the file browser shows it")
+    title: Title | None = Field(None, description="The title of the document the first add "
+                                                  "of this path creates (else the file's "
+                                                  "name); a later add keeps it")
+
+
 def _content(raw: str) -> bytes:
     try:
         return base64.b64decode(raw, validate=True)
@@ -70,7 +96,7 @@ class _DocumentHandler(KaizenHandler):
 
     async def _view(self, document_id: str) -> dict[str, Any]:
         record = await self.documents.get(self.member, document_id)
-        body = record.public()
+        body = record.public(self.member)
         body["versions"] = await self.documents.versions(self.member, document_id)
         # Where it is shared: the owner's to know and manage.
         body["shared_in"] = (await self.documents.shares(self.member, document_id)
@@ -81,7 +107,8 @@ class _DocumentHandler(KaizenHandler):
 class DocumentsHandler(_DocumentHandler):
     @web.authenticated
     async def get(self) -> None:
-        self.write_json([r.public() for r in await self.documents.list_for(self.member)])
+        self.write_json([r.public(self.member)
+                         for r in await self.documents.list_for(self.member)])
 
     @web.authenticated
     async def post(self) -> None:
@@ -89,7 +116,33 @@ class DocumentsHandler(_DocumentHandler):
         record = await self.documents.upload(self.member, body.filename,
                                              _content(body.content_base64), body.title)
         self.set_header("Location", f"{self.request.path}/{record.id}")
-        self.write_json(record.public(), status=201)
+        self.write_json(record.public(self.member), status=201)
+
+
+class JupyterDocumentsHandler(_DocumentHandler, ContentsHandler):
+    """The member's Jupyter file, read by the server through its ContentsManager as the
+    member (the path rules of ``jupyter_files.py``, the Jupyter server's own permission for
+    ``contents``), becomes a document, or the next version of the one that path made."""
+
+    @web.authenticated
+    async def post(self) -> None:
+        body = self.parse_body(AddJupyterDocument, limit=16 * 1024)
+        files = self._files("read", max_bytes=MAX_DOCUMENT_BYTES,
+                            bound="a document's limit")
+        # The type is the name's, as for an upload: refused before a byte is read (a path
+        # outside the rules is that first).
+        media_type_for(posixpath.basename(api_path(body.path)))
+        file = await files.read(body.path)
+        record, outcome = await self.documents.add_from_path(
+            self.member, file.path, file.name, file.content, body.title)
+        created = outcome is not SourceOutcome.UNCHANGED
+        if outcome is SourceOutcome.CREATED:
+            # This route's sibling: .../jupyter-documents -> .../documents/{id}.
+            base = self.request.path.rsplit("/", 1)[0]
+            self.set_header("Location", f"{base}/documents/{record.id}")
+        self.write_json({"path": file.path, "outcome": outcome.value,
+                         "document": record.public(self.member)},
+                        status=201 if created else 200)
 
 
 class DocumentHandler(_DocumentHandler):
@@ -110,7 +163,7 @@ class DocumentVersionsHandler(_DocumentHandler):
         body = self.parse_body(UploadVersion, limit=MAX_DOCUMENT_BYTES * 2)
         record = await self.documents.add_version(self.member, document_id, body.filename,
                                                   _content(body.content_base64))
-        self.write_json(record.public(), status=201)
+        self.write_json(record.public(self.member), status=201)
 
 
 class DocumentVersionHandler(_DocumentHandler):
@@ -121,6 +174,24 @@ class DocumentVersionHandler(_DocumentHandler):
         record, found, body = await self.documents.text_of(self.member, document_id, number)
         self.write_json({"document_id": record.id, "version": found, "title": record.title,
                          "text": body})
+
+
+class DocumentPassagesHandler(_DocumentHandler):
+    """What a citation link opens: one exact version's passages in order, each with its
+    chunk id and locator, so the panel can show the cited one in its place."""
+
+    @web.authenticated
+    async def get(self, document_id: str, version: str) -> None:
+        number = path_int(version, minimum=1, maximum=MAX_INT32, code="invalid_version",
+                          message="A version is a whole number from 1.")
+        record, passages = await self.documents.version_passages(self.member, document_id,
+                                                                 number)
+        self.write_json({
+            "document_id": record.id, "version": number, "title": record.title,
+            "current_version": record.current_version,
+            "source_path": record.public(self.member)["source_path"],
+            "passages": [{"chunk_id": p.chunk_id, "ordinal": p.ordinal, "locator": p.locator,
+                          "text": p.body} for p in passages]})
 
 
 class DocumentShareHandler(_DocumentHandler):
@@ -158,48 +229,37 @@ def document_routes(prefix: str) -> list[tuple[str, type[web.RequestHandler]]]:
     return [
         (rf"{prefix}/document-search", DocumentSearchHandler),
         (base, DocumentsHandler),
+        (rf"{prefix}/jupyter-documents", JupyterDocumentsHandler),
         (rf"{base}/({DOCUMENT_ID})", DocumentHandler),
         (rf"{base}/({DOCUMENT_ID})/versions", DocumentVersionsHandler),
         (rf"{base}/({DOCUMENT_ID})/versions/({NUMBER})", DocumentVersionHandler),
+        (rf"{base}/({DOCUMENT_ID})/versions/({NUMBER})/passages", DocumentPassagesHandler),
         (rf"{base}/({DOCUMENT_ID})/shares/({ID})", DocumentShareHandler),
     ]
 
 
+_ERROR_TEXT = {
+    400: "Malformed request", 401: "Not authenticated",
+    403: "hidden_path, outside_root (a symlink out of the root), contents_forbidden (the "
+         "Jupyter server's own permission)",
+    404: "The document (or room, or Jupyter file: file_not_found) does not exist or is not "
+         "available to you",
+    409: "file_unreadable (the Jupyter server returned the file in a form Kaizen cannot "
+         "read), document_busy (try again)",
+    413: "The request body (or the Jupyter file: file_too_large) is too large",
+    422: "Schema violation, or a file that cannot be read as a document"}
+
+
 def documents_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
     """(paths, component schemas) for ``api/openapi.py``."""
-    json_type = "application/json"
-    error = {"$ref": "#/components/schemas/Error"}
-
-    def ref(name: str) -> dict[str, str]:
-        return {"$ref": f"#/components/schemas/{name}"}
-
-    def answer(description: str, schema: dict[str, Any], status: str = "200"
-               ) -> dict[str, Any]:
-        return {status: {"description": description,
-                         "content": {json_type: {"schema": schema}}}}
 
     def errors(*codes: int) -> dict[str, Any]:
-        text = {400: "Malformed request", 401: "Not authenticated",
-                404: "The document (or room) does not exist or is not available to you",
-                413: "The request body is too large",
-                422: "Schema violation, or a file that cannot be read as a document"}
-        return {str(c): {"description": text[c], "content": {json_type: {"schema": error}}}
-                for c in (401, *codes)}
+        return error_answers(_ERROR_TEXT, *codes)
 
     def op(summary: str, op_id: str, responses: dict[str, Any], *,
            params: list[dict[str, Any]] | None = None, body: str | None = None
            ) -> dict[str, Any]:
-        out: dict[str, Any] = {"summary": summary, "operationId": op_id,
-                               "responses": responses}
-        if params:
-            out["parameters"] = params
-        if body:
-            out["requestBody"] = {"required": True,
-                                  "content": {json_type: {"schema": ref(body)}}}
-        return out
-
-    def path_param(name: str) -> dict[str, Any]:
-        return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        return operation(summary, op_id, responses, params=params, body_schema=body)
 
     document, room = path_param("document_id"), path_param("conversation_id")
     version = path_param("version")
@@ -249,6 +309,25 @@ def documents_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
                                    ref("DocumentShare")), **errors(404)},
                          params=[document, room]),
         },
+        "/kaizen/api/jupyter-documents": {
+            "post": op("Add a file of the member's Jupyter contents tree (text, Markdown, "
+                       ".ipynb, PDF or DOCX) to their documents: the server reads it through "
+                       "its ContentsManager as the member. The first add of a path creates a "
+                       "document (201, outcome created); adding it again with other bytes "
+                       "makes its next version (201, new_version); unchanged bytes add "
+                       "nothing (200, unchanged). Bad paths (invalid_path, not_a_file, "
+                       "hidden_path, outside_root, file_not_found, file_too_large) and "
+                       "unsupported types write nothing", "addJupyterDocument",
+                       {**answer("Created, or a new version", ref("JupyterDocument"), "201"),
+                        **answer("Unchanged: the current version", ref("JupyterDocument")),
+                        **errors(400, 403, 404, 409, 413, 422)}, body="AddJupyterDocument"),
+        },
+        "/kaizen/api/documents/{document_id}/versions/{version}/passages": {
+            "get": op("The passages of one exact version in order, each with its chunk id "
+                      "and locator: what a citation link opens", "getDocumentPassages",
+                      {**answer("Passages", ref("DocumentPassages")), **errors(400, 404)},
+                      params=[document, version]),
+        },
         "/kaizen/api/document-search": {
             "get": op("Full-text search over the current versions of the documents the member "
                       "may read; passages with chunk ids and citations", "searchDocuments",
@@ -265,7 +344,9 @@ def documents_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
     document_fields = {"id": string, "owner": string, "title": string, "version": integer,
                        "filename": string, "media_type": string, "size": integer,
                        "sha256": string, "chunks": integer, "created_at": string,
-                       "updated_at": string}
+                       "updated_at": string,
+                       # The owner's Jupyter path it was added from; null for others.
+                       "source_path": {"type": ["string", "null"]}}
     version_entry = {"type": "object",
                      "required": ["version", "filename", "size", "sha256", "created_at"],
                      "properties": {"version": integer, "filename": string, "size": integer,
@@ -288,6 +369,23 @@ def documents_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
                          "required": ["document_id", "version", "title", "text"],
                          "properties": {"document_id": string, "version": integer,
                                         "title": string, "text": string}},
+        "JupyterDocument": {"type": "object", "required": ["path", "outcome", "document"],
+                            "properties": {"path": string,
+                                           "outcome": {"type": "string",
+                                                       "enum": [o.value
+                                                                for o in SourceOutcome]},
+                                           "document": ref("Document")}},
+        "DocumentPassages": {
+            "type": "object",
+            "required": ["document_id", "version", "title", "current_version", "source_path",
+                         "passages"],
+            "properties": {
+                "document_id": string, "version": integer, "title": string,
+                "current_version": integer, "source_path": {"type": ["string", "null"]},
+                "passages": {"type": "array", "items": {
+                    "type": "object", "required": ["chunk_id", "ordinal", "locator", "text"],
+                    "properties": {"chunk_id": string, "ordinal": integer, "locator": string,
+                                   "text": string}}}}},
         "DocumentShare": {"type": "object",
                           "required": ["document_id", "conversation_id", "shared", "changed"],
                           "properties": {"document_id": string, "conversation_id": string,
@@ -297,6 +395,6 @@ def documents_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
                            "properties": {"query": string, "searched_documents": integer,
                                           "hits": {"type": "array", "items": hit}}},
     }
-    for model in (UploadDocument, UploadVersion):
+    for model in (UploadDocument, UploadVersion, AddJupyterDocument):
         components[model.__name__] = model.model_json_schema()
     return paths, components

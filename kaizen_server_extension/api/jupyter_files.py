@@ -28,6 +28,7 @@ from pydantic import (
 from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler, whole_number
+from kaizen_server_extension.api.openapi_parts import body, error_answers
 from kaizen_server_extension.api.params import ID, MAX_INT32
 from kaizen_server_extension.jupyter_files import MAX_PATH_CHARS, PATH_PATTERN, JupyterFiles
 from kaizen_server_extension.protocol.errors import Forbidden
@@ -65,17 +66,26 @@ class SaveToJupyter(BaseModel):
                                                "file_exists)")
 
 
-class _ContentsHandler(KaizenHandler):
-    def _files(self, action: str) -> JupyterFiles:
+class ContentsHandler(KaizenHandler):
+    """A route that reads or writes the member's Jupyter files (here, and documents added
+    from Jupyter in ``api/documents.py``)."""
+
+    def _files(self, action: str, *, max_bytes: int | None = None,
+               bound: str = "KAIZEN_JUPYTER_FILE_MAX_BYTES") -> JupyterFiles:
         # Kaizen's own permission was checked in prepare(); the Jupyter server's for its
         # contents is the operator's word on who may touch the files (e.g. read-only users).
         if not self.authorizer.is_authorized(self, self.current_user, action, "contents"):
             raise Forbidden("You are not allowed to use this Jupyter server's files.",
                             code="contents_forbidden")
-        return JupyterFiles(self.contents_manager, max_bytes=self.kaizen.jupyter_file_max_bytes)
+        limit = self.kaizen.jupyter_file_max_bytes
+        if max_bytes is not None and max_bytes < limit:
+            limit = max_bytes
+        else:
+            bound = "KAIZEN_JUPYTER_FILE_MAX_BYTES"
+        return JupyterFiles(self.contents_manager, max_bytes=limit, bound=bound)
 
 
-class JupyterFilesHandler(_ContentsHandler):
+class JupyterFilesHandler(ContentsHandler):
     @web.authenticated
     async def post(self) -> None:
         body = self.parse_body(ReadJupyterFile, limit=16 * 1024)
@@ -86,7 +96,7 @@ class JupyterFilesHandler(_ContentsHandler):
                         status=200 if reused else 201)
 
 
-class SaveToJupyterHandler(_ContentsHandler):
+class SaveToJupyterHandler(ContentsHandler):
     @web.authenticated
     async def post(self, artifact_id: str) -> None:
         body = self.parse_body(SaveToJupyter, limit=16 * 1024)
@@ -111,26 +121,22 @@ def jupyter_file_routes(prefix: str) -> list[tuple[str, type[web.RequestHandler]
     ]
 
 
+_ERROR_TEXT = {
+    400: "invalid_path (absolute, '.' or '..', empty segment), not_a_file, malformed JSON",
+    401: "Not authenticated",
+    403: "hidden_path, outside_root (a symlink out of the root), contents_forbidden, "
+         "not_owner",
+    404: "file_not_found, folder_not_found, artifact_not_found",
+    409: "file_exists (no overwrite), not_a_file",
+    413: "file_too_large (names KAIZEN_JUPYTER_FILE_MAX_BYTES)",
+    422: "Schema violation"}
+
+
 def jupyter_files_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
     """(paths, component schemas) for ``api/openapi.py``."""
-    error = {"$ref": "#/components/schemas/Error"}
 
     def errors(*codes: int) -> dict[str, Any]:
-        text = {400: "invalid_path (absolute, '.' or '..', empty segment), not_a_file, "
-                     "malformed JSON",
-                401: "Not authenticated",
-                403: "hidden_path, outside_root (a symlink out of the root), "
-                     "contents_forbidden, not_owner",
-                404: "file_not_found, folder_not_found, artifact_not_found",
-                409: "file_exists (no overwrite), not_a_file",
-                413: "file_too_large (names KAIZEN_JUPYTER_FILE_MAX_BYTES)",
-                422: "Schema violation"}
-        return {str(c): {"description": text[c], "content": {"application/json": {
-            "schema": error}}} for c in (401, *codes)}
-
-    def body(name: str) -> dict[str, Any]:
-        return {"required": True, "content": {"application/json": {
-            "schema": {"$ref": f"#/components/schemas/{name}"}}}}
+        return error_answers(_ERROR_TEXT, *codes)
 
     read = {"type": "object", "required": ["path", "reused", "artifact"],
             "properties": {"path": {"type": "string"}, "reused": {"type": "boolean"},

@@ -20,6 +20,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import (
@@ -46,7 +47,7 @@ from kaizen_server_extension.document_text import (
     query_terms,
     sqlite_match,
 )
-from kaizen_server_extension.protocol.errors import BadRequest, NotFound
+from kaizen_server_extension.protocol.errors import BadRequest, Conflict, NotFound
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.core import Tx, new_id, utcnow
 from kaizen_server_extension.store.store import Store
@@ -74,13 +75,18 @@ class DocumentRecord:
     chunks: int
     created_at: datetime
     updated_at: datetime
+    #: The Jupyter contents path it was added from (``add_from_path``), else None.
+    source_path: str | None = None
 
-    def public(self) -> dict[str, Any]:
+    def public(self, viewer: str | None = None) -> dict[str, Any]:
+        """The document as ``viewer`` sees it: where it came from in the owner's Jupyter
+        tree is the owner's to know, not a room's."""
         return {"id": self.id, "owner": self.owner, "title": self.title,
                 "version": self.current_version, "filename": self.filename,
                 "media_type": self.media_type, "size": self.size, "sha256": self.sha256,
                 "chunks": self.chunks, "created_at": self.created_at.isoformat(),
-                "updated_at": self.updated_at.isoformat()}
+                "updated_at": self.updated_at.isoformat(),
+                "source_path": self.source_path if viewer == self.owner else None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +125,15 @@ class ChunkRecord:
     ordinal: int
     locator: str
     body: str
+
+
+class SourceOutcome(StrEnum):
+    """What adding a Jupyter path did: a new document, its next version, or nothing (the
+    bytes and name are those of its current version)."""
+
+    CREATED = "created"
+    NEW_VERSION = "new_version"
+    UNCHANGED = "unchanged"
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +182,57 @@ class DocumentStore:
             await tx.audit(member, "member.document.versioned",
                            {"document_id": row.id, "version": version, "size": len(content)})
             return await self._record(tx, row)
+
+    async def add_from_path(self, member: str, path: str, filename: str, content: bytes,
+                            title: str | None = None) -> tuple[DocumentRecord, SourceOutcome]:
+        """``content`` of the member's Jupyter file ``path`` as a document: the first add
+        makes one (titled ``title`` or the file's name), a later add with other bytes its
+        next version (the title kept), an add of unchanged bytes nothing. The source row's
+        key serializes concurrent adds of one path (the loser of the insert looks again)."""
+        extracted = extract(filename, content)
+        digest = hashlib.sha256(content).hexdigest()
+        for _attempt in range(3):
+            try:
+                async with self.store.transaction() as tx:
+                    source = (await tx.session.execute(
+                        select(m.DocumentSource)
+                        .where(m.DocumentSource.owner == member, m.DocumentSource.path == path)
+                        .with_for_update())).scalar_one_or_none()
+                    now = utcnow()
+                    if source is None:
+                        row = m.Document(id=new_id(), owner=member, title=title or filename,
+                                         current_version=1, created_at=now, updated_at=now)
+                        tx.session.add(row)
+                        await tx.session.flush()
+                        tx.session.add(m.DocumentSource(owner=member, path=path,
+                                                        document_id=row.id, updated_at=now))
+                        await tx.session.flush()
+                        await self._add_version(tx, row.id, 1, member, filename, content,
+                                                extracted)
+                        await tx.audit(member, "member.document.uploaded",
+                                       {"document_id": row.id, "version": 1,
+                                        "size": len(content), "source": "jupyter"})
+                        return await self._record(tx, row), SourceOutcome.CREATED
+                    row = await self._owned(tx, source.document_id, member)
+                    current = await tx.session.get(m.DocumentVersion,
+                                                   (row.id, row.current_version))
+                    if current is not None and (current.sha256, current.filename) == (
+                            digest, filename[:300]):
+                        return await self._record(tx, row), SourceOutcome.UNCHANGED
+                    version = row.current_version + 1
+                    await self._add_version(tx, row.id, version, member, filename, content,
+                                            extracted)
+                    row.current_version, row.updated_at = version, now
+                    source.updated_at = now
+                    await tx.session.flush()
+                    await tx.audit(member, "member.document.versioned",
+                                   {"document_id": row.id, "version": version,
+                                    "size": len(content), "source": "jupyter"})
+                    return await self._record(tx, row), SourceOutcome.NEW_VERSION
+            except IntegrityError:
+                continue  # another add of the same path created the source first
+        raise Conflict("The document could not be stored; nothing was saved. Try again.",
+                       code="document_busy")
 
     async def delete(self, member: str, document_id: str) -> None:
         """Owner only; versions, chunks (and their index entries) and shares go with it."""
@@ -284,6 +350,21 @@ class DocumentStore:
                 out.append(_chunk(chunk))
             return await self._record(tx, row), out
 
+    async def version_passages(self, member: str, document_id: str, version: int
+                               ) -> tuple[DocumentRecord, list[ChunkRecord]]:
+        """Every passage of one exact version of a document the member may read, in order:
+        what a citation link opens (its ``chunk_id`` among them)."""
+        async with self.store.transaction() as tx:
+            row = await self._readable(tx, member, document_id, None, UNSCOPED)
+            if await tx.session.get(m.DocumentVersion, (row.id, version)) is None:
+                raise DocumentNotFound("That version of the document does not exist.",
+                                       code="version_not_found")
+            found = (await tx.session.execute(
+                select(m.DocumentChunk).where(m.DocumentChunk.document_id == row.id,
+                                              m.DocumentChunk.version == version)
+                .order_by(m.DocumentChunk.ordinal))).scalars().all()
+            return await self._record(tx, row), [_chunk(c) for c in found]
+
     async def resolve_chunk(self, member: str, chunk_id: str, *, room: str | None,
                             scope: KnowledgeScope = UNSCOPED) -> ChunkRecord:
         """The chunk ``chunk_id`` if its parent document is readable now, in ``room``, under
@@ -374,9 +455,13 @@ class DocumentStore:
             select(func.count()).select_from(m.DocumentChunk).where(
                 m.DocumentChunk.document_id == row.id,
                 m.DocumentChunk.version == row.current_version))).scalar_one()
+        source = (await tx.session.execute(
+            select(m.DocumentSource.path).where(m.DocumentSource.document_id == row.id)
+        )).scalar_one_or_none()
         return DocumentRecord(row.id, row.owner, row.title, row.current_version,
                               version.filename, version.media_type, version.size,
-                              version.sha256, int(count), row.created_at, row.updated_at)
+                              version.sha256, int(count), row.created_at, row.updated_at,
+                              source)
 
     async def _owned(self, tx: Tx, document_id: str, member: str) -> m.Document:
         row = await tx.session.get(m.Document, document_id) if len(document_id) <= 64 else None

@@ -966,6 +966,24 @@ class DocumentChunk(Base):
     )
 
 
+class DocumentSource(Base):
+    """The document whose versions are one file of the member's Jupyter contents tree, each
+    as it was when they added it (migration 0016); gone with the document."""
+
+    __tablename__ = "document_sources"
+
+    owner: Mapped[str] = mapped_column(ForeignKey("members.id"), primary_key=True)
+    # The ContentsManager's API path, relative to the server's root ("reports/q3.md").
+    path: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    document_id: Mapped[str] = mapped_column(ForeignKey("documents.id", ondelete="CASCADE"))
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        UniqueConstraint("document_id", name="uq_document_sources_document"),
+        CheckConstraint("length(path) >= 1", name="path"),
+    )
+
+
 class DocumentShare(Base):
     """The owner shared the document into a room: its participants may read and search it
     for as long as the row exists (deleting it removes access at once)."""

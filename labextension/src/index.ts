@@ -3,7 +3,7 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette, InputDialog, Notification } from '@jupyterlab/apputils';
+import { Dialog, ICommandPalette, InputDialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { IDefaultFileBrowser } from '@jupyterlab/filebrowser';
 import { INotebookTracker, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
@@ -13,6 +13,9 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { KaizenApi } from './api';
 import { askMessage, askTitle, cellReference, ICellContext, quotedPart } from './ask';
 import { ICodeActions } from './components/Markdown';
+import { addJupyterDocuments, CitationOpener } from './documents';
+import { DocumentsList } from './documentsList';
+import { DocumentView, documentViewId } from './documentView';
 import { IJupyterHost } from './jupyterHost';
 import { ConsoleLauncher } from './kernelConsole';
 import { registerNotebookCommands } from './notebook/commands';
@@ -29,6 +32,9 @@ namespace CommandIDs {
   export const open = 'kaizen:open';
   export const askAboutCell = 'kaizen:ask-about-cell';
   export const attachFile = 'kaizen:attach-file';
+  export const addToDocuments = 'kaizen:add-to-documents';
+  export const addNotebookToDocuments = 'kaizen:add-notebook-to-documents';
+  export const openDocuments = 'kaizen:open-documents';
 }
 
 export const kaizenIcon = new LabIcon({
@@ -145,6 +151,52 @@ function selectedFiles(browser: IDefaultFileBrowser | null): string[] {
     .map(item => item.path);
 }
 
+/** A citation opens its document version in the main area (one view per version, reused). */
+function citationOpener(app: JupyterFrontEnd, api: KaizenApi): CitationOpener {
+  const views = new Map<string, DocumentView>();
+  const openPath = (path: string): void => {
+    void app.commands.execute('docmanager:open', { path }).catch(reason => {
+      console.warn('Kaizen: could not open the source file', reason);
+      Notification.error(`JupyterLab could not open ${path}.`, { autoClose: 8000 });
+    });
+  };
+  return (citation, label) => {
+    const id = documentViewId(citation);
+    let view = views.get(id);
+    if (!view || view.isDisposed) {
+      view = new DocumentView(citation, label, { api, openPath });
+      views.set(id, view);
+      view.disposed.connect(() => views.delete(id));
+      app.shell.add(view, 'main', { mode: 'split-right' });
+    }
+    app.shell.activateById(view.id);
+    void view.open(citation);
+  };
+}
+
+/** Add paths to the member's Kaizen documents, one notification per file. */
+async function addToDocuments(api: KaizenApi, paths: string[], list: DocumentsList | null): Promise<void> {
+  for (const outcome of await addJupyterDocuments(api, paths)) {
+    if (outcome.ok) {
+      Notification.success(outcome.message, { autoClose: 5000 });
+    } else {
+      Notification.error(outcome.message, { autoClose: 8000 });
+    }
+  }
+  if (list?.isAttached) {
+    await list.refresh();
+  }
+}
+
+async function confirmRemove(title: string): Promise<boolean> {
+  const answer = await showDialog({
+    title: 'Remove from Kaizen documents?',
+    body: `"${title}" and all its versions are removed; rooms it was shared into lose it at once. The file in Jupyter stays.`,
+    buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Remove' })]
+  });
+  return answer.button.accept;
+}
+
 /** What the panel asks of JupyterLab: the folder to save next to (the notebook's first). */
 function jupyterHost(
   tracker: INotebookTracker | null,
@@ -183,14 +235,18 @@ const plugin: JupyterFrontEndPlugin<void> = {
     browser: IDefaultFileBrowser | null
   ): void => {
     const api = new KaizenApi(app.serviceManager.serverSettings);
+    const openCitation = citationOpener(app, api);
     const panel = new KaizenPanel({
       api,
       rendermime,
       codeActions: codeActions(app, tracker),
       launchConsole: consoleLauncher(app),
       notebookEditor: tracker ? new JupyterNotebookEditor(app, tracker) : null,
-      host: jupyterHost(tracker, browser)
+      host: jupyterHost(tracker, browser),
+      openCitation,
+      openDocuments: () => void app.commands.execute(CommandIDs.openDocuments)
     });
+    let documentsList: DocumentsList | null = null;
     panel.id = PANEL_ID;
     panel.title.icon = kaizenIcon;
     panel.title.caption = 'Kaizen';
@@ -286,6 +342,77 @@ const plugin: JupyterFrontEndPlugin<void> = {
       selector: '.jp-DirListing-item[data-isdir="false"]',
       rank: 60
     });
+
+    // "Add to Kaizen documents" on files of the file browser (every selected file): the
+    // server reads each through its ContentsManager into the member's documents; adding a
+    // file again makes its next version.
+    app.commands.addCommand(CommandIDs.addToDocuments, {
+      label: 'Add to Kaizen Documents',
+      caption: 'Add this file to your Kaizen documents, for search with citations',
+      icon: kaizenIcon,
+      isVisible: () => selectedFiles(browser).length > 0,
+      execute: async args => {
+        const paths = typeof args.path === 'string' ? [args.path] : selectedFiles(browser);
+        await addToDocuments(api, paths, documentsList);
+      }
+    });
+    app.contextMenu.addItem({
+      command: CommandIDs.addToDocuments,
+      selector: '.jp-DirListing-item[data-isdir="false"]',
+      rank: 61
+    });
+
+    // The current notebook, saved first: the server reads the file, so what Kaizen indexes
+    // is what the member sees.
+    if (tracker) {
+      app.commands.addCommand(CommandIDs.addNotebookToDocuments, {
+        label: args => (args.isToolbar ? '' : 'Add This Notebook to Kaizen Documents'),
+        caption: 'Add this notebook to your Kaizen documents (saved first)',
+        icon: args => (args.isPalette ? undefined : kaizenIcon),
+        isEnabled: () => !!tracker.currentWidget,
+        execute: async () => {
+          const current = tracker.currentWidget;
+          if (!current) {
+            return;
+          }
+          await current.context.ready;
+          if (current.context.model.dirty) {
+            await current.context.save();
+          }
+          await addToDocuments(api, [current.context.path], documentsList);
+        }
+      });
+      palette?.addItem({
+        command: CommandIDs.addNotebookToDocuments,
+        category: 'Kaizen',
+        args: { isPalette: true }
+      });
+      app.contextMenu.addItem({
+        command: CommandIDs.addNotebookToDocuments,
+        selector: '.jp-Notebook',
+        rank: 21
+      });
+    }
+
+    app.commands.addCommand(CommandIDs.openDocuments, {
+      label: 'Open Kaizen Documents',
+      caption: 'The documents Kaizen can search for you: open or remove them',
+      execute: () => {
+        if (!documentsList || documentsList.isDisposed) {
+          documentsList = new DocumentsList({
+            api,
+            open: openCitation,
+            confirmRemove,
+            me: () => panel.model.getSnapshot().me?.member ?? null
+          });
+          app.shell.add(documentsList, 'main');
+        } else {
+          void documentsList.refresh();
+        }
+        app.shell.activateById(documentsList.id);
+      }
+    });
+    palette?.addItem({ command: CommandIDs.openDocuments, category: 'Kaizen' });
 
     if (restorer) {
       restorer.add(panel, PANEL_ID);

@@ -9,6 +9,7 @@ import { KaizenApi } from './api';
 import { ChatView } from './components/ChatView';
 import { ConversationList } from './components/ConversationList';
 import { ICodeActions } from './components/Markdown';
+import { CitationContext, CitationOpener } from './documents';
 import { IJupyterHost, JupyterHostContext } from './jupyterHost';
 import { ConsoleLauncher } from './kernelConsole';
 import { PanelModel } from './model';
@@ -20,13 +21,15 @@ export interface IKaizenAppProps {
   rendermime: IRenderMimeRegistry;
   codeActions: ICodeActions;
   launchConsole?: ConsoleLauncher;
+  openDocuments?: () => void;
 }
 
 export function KaizenApp({
   model,
   rendermime,
   codeActions,
-  launchConsole
+  launchConsole,
+  openDocuments
 }: IKaizenAppProps): JSX.Element {
   const state = useSyncExternalStore(model.subscribe, model.getSnapshot);
   const preferences = useSyncExternalStore(
@@ -75,6 +78,7 @@ export function KaizenApp({
       onOpen={id => model.select(id)}
       onRefresh={() => void model.refresh()}
       onDismissError={() => model.dismissError()}
+      onOpenDocuments={openDocuments}
     />
   );
 }
@@ -89,6 +93,10 @@ export class KaizenPanel extends ReactWidget {
     model?: PanelModel;
     notebookEditor?: INotebookEditor | null;
     host?: IJupyterHost;
+    /** Opens a cited passage; without it citations stay plain text. */
+    openCitation?: CitationOpener;
+    /** Opens the member's documents list (the "Documents" button). */
+    openDocuments?: () => void;
   }) {
     super();
     this.model = options.model ?? new PanelModel(options.api);
@@ -97,6 +105,8 @@ export class KaizenPanel extends ReactWidget {
     this._launchConsole = options.launchConsole;
     this._notebookTools = { api: this.model.api, editor: options.notebookEditor ?? null };
     this._host = options.host ?? { currentFolder: () => '' };
+    this._openCitation = options.openCitation ?? null;
+    this._openDocuments = options.openDocuments;
     this.addClass('jp-Kaizen-panel');
   }
 
@@ -106,12 +116,15 @@ export class KaizenPanel extends ReactWidget {
     return (
       <NotebookToolsContext.Provider value={this._notebookTools}>
       <JupyterHostContext.Provider value={this._host}>
+      <CitationContext.Provider value={this._openCitation}>
         <KaizenApp
           model={this.model}
           rendermime={this._rendermime}
           codeActions={this._codeActions}
           launchConsole={this._launchConsole}
+          openDocuments={this._openDocuments}
         />
+      </CitationContext.Provider>
       </JupyterHostContext.Provider>
       </NotebookToolsContext.Provider>
     );
@@ -130,4 +143,6 @@ export class KaizenPanel extends ReactWidget {
   private readonly _launchConsole?: ConsoleLauncher;
   private readonly _notebookTools: { api: KaizenApi; editor: INotebookEditor | null };
   private readonly _host: IJupyterHost;
+  private readonly _openCitation: CitationOpener | null;
+  private readonly _openDocuments?: () => void;
 }

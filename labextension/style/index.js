@@ -1,3 +1,4 @@
 import './base.css';
 import './memberfiles.css';
 import './tasks.css';
+import './documents.css';

@@ -10,7 +10,10 @@
 //      'generation': run_code generation placeholders and the chat canvas, against a server
 //      with kernels; 'memberfiles': a CSV attached from the file browser read by run_code,
 //      @path completion, "Save to Jupyter folder…" and "Allow for this conversation", against
-//      a server with kernels and sales.csv in its root)
+//      a server with kernels and sales.csv in its root; 'documents': travel-policy.md and
+//      hotels.md added from the file browser's context menu, an answer citing one, the
+//      citation opened, then "no longer available" once the document is deleted, with
+//      KAIZEN_E2E_FAKE_URL the fake model's root URL)
 import fs from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -922,6 +925,163 @@ async function memberFiles(page) {
   return { conversationId };
 }
 
+// Issue 15 item 9: documents from Jupyter, and citations as links.
+async function documentsFromJupyter(page) {
+  const item = name => page.locator('.jp-DirListing-item').filter({
+    has: page.locator('.jp-DirListing-itemText', { hasText: new RegExp(`^${name.replace('.', '\\.')}$`) })
+  });
+  // 1. Two files selected in the file browser, added with one context-menu command.
+  await item('travel-policy.md').waitFor({ timeout: TIMEOUT });
+  await item('travel-policy.md').click();
+  await item('hotels.md').click({ modifiers: ['Control'] });
+  await item('hotels.md').click({ button: 'right' });
+  await page.locator('.lm-Menu-item').filter({ hasText: 'Add to Kaizen Documents' }).click();
+  for (const name of ['travel-policy.md', 'hotels.md']) {
+    await page.getByText(`Added ${name} to your Kaizen documents.`).first().waitFor({ timeout: TIMEOUT });
+  }
+  await page.screenshot({ path: path.join(shots, 'documents-added.png') });
+  const listed = await kaizenCall(page, 'GET', 'documents');
+  log('documents-added', {
+    sources: listed.body.map(d => d.source_path).sort(),
+    titles: listed.body.map(d => d.title).sort()
+  });
+  // Again, after the file changed on disk: the next version of the same document.
+  const edited = await page.evaluate(async base => {
+    const xsrf = document.cookie.match(/_xsrf=([^;]+)/)?.[1] ?? '';
+    const token = JSON.parse(document.getElementById('jupyter-config-data').textContent).token;
+    const response = await fetch(`${base}api/contents/hotels.md`, {
+      method: 'PUT',
+      headers: {
+        'Content-Type': 'application/json',
+        'X-XSRFToken': decodeURIComponent(xsrf),
+        ...(token ? { Authorization: `token ${token}` } : {})
+      },
+      body: JSON.stringify({ type: 'file', format: 'text', content: '# Hotels\n\nHotels are booked through the travel portal; hostels too.\n' })
+    });
+    return response.status;
+  }, base);
+  await item('hotels.md').click();
+  await item('hotels.md').click({ button: 'right' });
+  await page.locator('.lm-Menu-item').filter({ hasText: 'Add to Kaizen Documents' }).click();
+  await page.getByText('Updated hotels.md in your Kaizen documents (version 2).').first().waitFor({ timeout: TIMEOUT });
+  const after = await kaizenCall(page, 'GET', 'documents');
+  log('document-versioned', {
+    edited,
+    count: after.body.length,
+    hotels: after.body.filter(d => d.source_path === 'hotels.md').map(d => d.version)
+  });
+
+  // The open notebook, edited and not saved: the palette command saves it first, then adds it.
+  await item('analysis.ipynb').dblclick();
+  const cell = page.locator('.jp-NotebookPanel .jp-Cell .cm-content').first();
+  await cell.waitFor({ timeout: TIMEOUT });
+  await cell.click();
+  await page.keyboard.press('End');
+  await page.keyboard.type('  # the pelican count');
+  await page.keyboard.press('Escape');
+  await page.keyboard.press('Control+Shift+c');
+  const palette = page.locator('.lm-CommandPalette-input');
+  await palette.waitFor({ timeout: TIMEOUT });
+  await palette.fill('Add This Notebook to Kaizen Documents');
+  await page.locator('.lm-CommandPalette-item').filter({ hasText: 'Add This Notebook to Kaizen Documents' }).first().click();
+  await page.getByText('Added analysis.ipynb to your Kaizen documents.').first().waitFor({ timeout: TIMEOUT });
+  const pelican = await kaizenCall(page, 'GET', 'document-search?q=pelican');
+  log('notebook-added', {
+    hits: pelican.body.hits.map(h => ({ title: h.title, locator: h.locator, saved: h.excerpt.includes('pelican count') }))
+  });
+
+  // The documents list, from the panel's "Documents" button.
+  await page.locator('#kaizen-panel .jp-Kaizen-openDocuments').click();
+  const list = page.locator('#kaizen-documents[data-state="ready"]');
+  await list.waitFor({ timeout: TIMEOUT });
+  log('documents-listed', {
+    items: await list.locator('.jp-Kaizen-documentItem').evaluateAll(items =>
+      items.map(i => ({ path: i.dataset.path ?? null, title: i.querySelector('.jp-Kaizen-documentOpen').textContent }))
+    )
+  });
+
+  // 2. The scripted model searches and cites the passage it retrieved.
+  const found = await kaizenCall(page, 'GET', 'document-search?q=economy%20flights');
+  const hit = found.body.hits.find(h => h.title === 'travel-policy.md');
+  const fake = process.env.KAIZEN_E2E_FAKE_URL;
+  const loaded = await fetch(`${fake}/_fake/scenario`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify([
+      { match: 'Which class may I fly', responses: [
+        { tool_calls: [{ name: 'search', arguments: { query: 'economy flights' } }] },
+        { text: `Economy class is required for short flights ${hit.citation}.` }
+      ] },
+      { responses: [{ text: 'Default answer.' }] }
+    ])
+  });
+  if (!loaded.ok) {
+    throw new Error(`the fake refused the scenario: ${loaded.status}`);
+  }
+  await page.waitForFunction(
+    () => document.querySelectorAll('.jp-Kaizen-newChat select option').length > 0,
+    null,
+    { timeout: TIMEOUT }
+  );
+  await page.locator('.jp-Kaizen-newChat select').selectOption('search');
+  await page.locator('.jp-Kaizen-newChat input[placeholder="New conversation"]').fill('Policy chat');
+  await page.getByRole('button', { name: 'New chat' }).click();
+  await page.locator('.jp-Kaizen-feed[data-phase="live"]').waitFor({ timeout: TIMEOUT });
+  await send(page, 'Which class may I fly to Paris?');
+  await committedAnswer(page, 'Economy class is required');
+  const link = page.locator('.jp-Kaizen-answer[data-committed="true"] a.jp-Kaizen-citation').last();
+  await link.waitFor({ timeout: TIMEOUT });
+  const linkText = (await link.textContent()).trim();
+  const linkChunk = await link.getAttribute('data-chunk-id');
+
+  // 3. The citation opens the document at the cited passage.
+  await link.click();
+  const view = page.locator('.jp-Kaizen-documentView[data-state="ready"]');
+  await view.waitFor({ timeout: TIMEOUT });
+  const cited = view.locator('.jp-Kaizen-passage[data-cited="true"]');
+  await cited.waitFor({ timeout: TIMEOUT });
+  await page.waitForFunction(() => {
+    const el = document.querySelector('.jp-Kaizen-passage[data-cited="true"]');
+    const box = el?.closest('.jp-Kaizen-documentView')?.getBoundingClientRect();
+    const r = el?.getBoundingClientRect();
+    return !!(r && box && r.top >= box.top - 1 && r.top < box.bottom);
+  }, null, { timeout: TIMEOUT });
+  await page.screenshot({ path: path.join(shots, 'documents-citation-opened.png') });
+  log('citation-opened', {
+    hitChunk: hit.chunk_id,
+    linkText,
+    linkChunk,
+    citedChunk: await cited.getAttribute('data-chunk-id'),
+    citedText: (await cited.locator('.jp-Kaizen-passageText').textContent()).trim(),
+    title: (await view.locator('.jp-Kaizen-documentTitle').textContent()).trim(),
+    source: await view.locator('.jp-Kaizen-documentSource').getAttribute('data-path')
+  });
+
+  // 4. The document came from a Jupyter path: that file opens in JupyterLab.
+  await view.locator('.jp-Kaizen-documentSource').click();
+  const editorTab = page.locator('.lm-DockPanel-tabBar .lm-TabBar-tab').filter({ hasText: /^travel-policy\.md$/ });
+  await editorTab.waitFor({ timeout: TIMEOUT });
+  log('source-opened', { tabs: await editorTab.count() });
+
+  // 5. Removed from the documents list: the same link now says it is no longer available.
+  await page.locator('.lm-DockPanel-tabBar .lm-TabBar-tab').filter({ hasText: 'Kaizen Documents' }).click();
+  const entry = page.locator(`#kaizen-documents .jp-Kaizen-documentItem[data-document-id="${hit.document_id}"]`);
+  await entry.locator('.jp-Kaizen-documentRemove').click();
+  await page.locator('.jp-Dialog').getByRole('button', { name: 'Remove' }).click();
+  await entry.waitFor({ state: 'detached', timeout: TIMEOUT });
+  const removed = await kaizenCall(page, 'GET', `documents/${hit.document_id}`);
+  await link.click();
+  const gone = page.locator('.jp-Kaizen-documentView[data-state="unavailable"]');
+  await gone.waitFor({ timeout: TIMEOUT });
+  await page.screenshot({ path: path.join(shots, 'documents-citation-unavailable.png') });
+  log('citation-unavailable', {
+    deleted: removed.status,
+    message: (await gone.locator('[role="alert"]').textContent()).trim(),
+    passages: await gone.locator('.jp-Kaizen-passage').count()
+  });
+  return {};
+}
+
 // A gate on the pane's artifact-listing requests: after hold(), each waits until release().
 // (It stays routed for the page's life: unrouting right after a release raced the held
 // requests' own continue, which then failed with "Route is already handled!".)
@@ -1030,6 +1190,12 @@ try {
     log('done', result);
   } else if (scenario === 'tasks') {
     const result = await tasksScenario(page);
+    if (errors.length) {
+      throw new Error(`page errors: ${errors.join(' | ').slice(0, 500)}`);
+    }
+    log('done', result);
+  } else if (scenario === 'documents') {
+    const result = await documentsFromJupyter(page);
     if (errors.length) {
       throw new Error(`page errors: ${errors.join(' | ').slice(0, 500)}`);
     }

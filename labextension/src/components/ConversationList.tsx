@@ -19,6 +19,8 @@ export interface IConversationListProps {
   onOpen: (id: string) => void;
   onRefresh: () => void;
   onDismissError: () => void;
+  /** Opens the member's Kaizen documents (absent: no button). */
+  onOpenDocuments?: () => void;
 }
 
 export function ConversationList(props: IConversationListProps): JSX.Element {
@@ -29,6 +31,16 @@ export function ConversationList(props: IConversationListProps): JSX.Element {
     <div className="jp-Kaizen-body">
       <div className="jp-Kaizen-header">
         <h2 className="jp-Kaizen-title">Kaizen</h2>
+        {props.onOpenDocuments && (
+          <button
+            type="button"
+            className="jp-Button jp-mod-styled jp-Kaizen-secondary jp-Kaizen-openDocuments"
+            title="The documents Kaizen can search for you"
+            onClick={props.onOpenDocuments}
+          >
+            Documents
+          </button>
+        )}
         <button
           type="button"
           className="jp-Kaizen-refresh"

@@ -4,11 +4,14 @@
  *
  * No flicker: a new text is rendered off-screen and swapped in only once ready, so the
  * streamed text becomes the committed one in place. While streaming, renders are throttled.
- * Code blocks of a final answer get "Copy" and "Insert into notebook" buttons.
+ * Code blocks of a final answer get "Copy" and "Insert into notebook" buttons, and its
+ * document citations become links that open the cited passage (documents.ts).
  */
 import { IRenderMime, IRenderMimeRegistry, MimeModel } from '@jupyterlab/rendermime';
 import { Widget } from '@lumino/widgets';
-import React, { useEffect, useLayoutEffect, useRef } from 'react';
+import React, { useContext, useEffect, useLayoutEffect, useRef } from 'react';
+
+import { CitationContext, decorateCitations, linkCitations } from '../documents';
 
 export interface ICodeActions {
   /** Insert code into the active notebook; resolves to a sentence for the member on failure. */
@@ -30,6 +33,7 @@ export function Markdown(props: IMarkdownProps): JSX.Element {
   const shown = useRef<IRenderMime.IRenderer | null>(null);
   const version = useRef(0);
   const lastRender = useRef(0);
+  const openCitation = useContext(CitationContext);
 
   useEffect(() => {
     const v = ++version.current;
@@ -39,7 +43,10 @@ export function Markdown(props: IMarkdownProps): JSX.Element {
       }
       lastRender.current = Date.now();
       const renderer = rendermime.createRenderer('text/markdown');
-      const model = new MimeModel({ data: { 'text/markdown': text }, trusted: false });
+      const model = new MimeModel({
+        data: { 'text/markdown': linkCitations(text) },
+        trusted: false
+      });
       void renderer
         .renderModel(model)
         .catch(reason => {
@@ -53,6 +60,9 @@ export function Markdown(props: IMarkdownProps): JSX.Element {
           }
           if (!streaming && codeActions) {
             decorateCodeBlocks(renderer.node, codeActions);
+          }
+          if (!streaming && openCitation) {
+            decorateCitations(renderer.node, openCitation);
           }
           const previous = shown.current;
           Widget.attach(renderer, host.current);
@@ -69,7 +79,7 @@ export function Markdown(props: IMarkdownProps): JSX.Element {
     }
     render();
     return undefined;
-  }, [text, streaming, rendermime, codeActions]);
+  }, [text, streaming, rendermime, codeActions, openCitation]);
 
   // A layout-effect cleanup runs before React removes the host from the document, so the
   // renderer is detached while still attached (Lumino refuses to detach a removed node; a
