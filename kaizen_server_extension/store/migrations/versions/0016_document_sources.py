@@ -17,7 +17,6 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0016"
-# 0015 is being written on another branch; whoever merges second points this at 0015.
 down_revision = "0014"
 branch_labels = None
 depends_on = None

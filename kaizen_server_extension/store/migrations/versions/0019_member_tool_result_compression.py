@@ -1,7 +1,7 @@
 """members.tool_result_compression: the member's opt-in to tool-result compression
 
 Revision ID: 0019
-Revises: 0014
+Revises: 0016
 Create Date: 2026-12-04
 
 Off for every existing member (the spec's default: compression applies only where a member
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0019"
-down_revision = "0014"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 
