@@ -9,6 +9,7 @@ import { Widget } from '@lumino/widgets';
 
 import { KaizenApi } from './api';
 import { ICitation, IDocumentPassages, openCitation, versionNote } from './documents';
+import { element } from './dom';
 
 export interface IDocumentViewOptions {
   api: KaizenApi;
@@ -37,14 +38,14 @@ export class DocumentView extends Widget {
     this._citation = citation;
     const loading = ++this._loads;
     this.node.dataset.state = 'loading';
-    this.node.replaceChildren(this._element('p', 'jp-Kaizen-status', 'Opening the cited document…'));
+    this.node.replaceChildren(element('p', 'jp-Kaizen-status', 'Opening the cited document…'));
     const result = await openCitation(this._options.api, citation);
     if (loading !== this._loads) {
       return;
     }
     if (!result.ok) {
       this.node.dataset.state = result.status === 404 ? 'unavailable' : 'error';
-      const error = this._element('p', 'jp-Kaizen-error', result.message);
+      const error = element('p', 'jp-Kaizen-error', result.message);
       error.setAttribute('role', 'alert');
       this.node.replaceChildren(error);
       return;
@@ -54,27 +55,27 @@ export class DocumentView extends Widget {
 
   private _render(found: IDocumentPassages): void {
     this.title.label = `${found.title} (v${found.version})`;
-    const header = this._element('header', 'jp-Kaizen-documentHeader');
+    const header = element('header', 'jp-Kaizen-documentHeader');
     header.append(
-      this._element('h2', 'jp-Kaizen-documentTitle', found.title),
-      this._element('p', 'jp-Kaizen-documentVersion', versionNote(found))
+      element('h2', 'jp-Kaizen-documentTitle', found.title),
+      element('p', 'jp-Kaizen-documentVersion', versionNote(found))
     );
     const source = found.sourcePath;
     if (source && this._options.openPath) {
-      const open = this._element('button', 'jp-Kaizen-documentSource', `Open ${source} in JupyterLab`);
+      const open = element('button', 'jp-Kaizen-documentSource', `Open ${source} in JupyterLab`);
       (open as HTMLButtonElement).type = 'button';
       open.dataset.path = source;
       open.addEventListener('click', () => this._options.openPath?.(source));
       header.append(open);
     }
-    const body = this._element('div', 'jp-Kaizen-passages');
+    const body = element('div', 'jp-Kaizen-passages');
     let cited: HTMLElement | null = null;
     for (const passage of found.passages) {
-      const section = this._element('section', 'jp-Kaizen-passage');
+      const section = element('section', 'jp-Kaizen-passage');
       section.dataset.chunkId = passage.chunkId;
       section.append(
-        this._element('h3', 'jp-Kaizen-passageLocator', passage.locator),
-        this._element('pre', 'jp-Kaizen-passageText', passage.text)
+        element('h3', 'jp-Kaizen-passageLocator', passage.locator),
+        element('pre', 'jp-Kaizen-passageText', passage.text)
       );
       if (passage.chunkId === this._citation.chunkId) {
         section.classList.add('jp-Kaizen-passage-cited');
@@ -85,7 +86,7 @@ export class DocumentView extends Widget {
     }
     this.node.replaceChildren(header);
     if (!cited && this._citation.chunkId) {
-      const missing = this._element('p', 'jp-Kaizen-error', 'The cited passage is not in this version.');
+      const missing = element('p', 'jp-Kaizen-error', 'The cited passage is not in this version.');
       missing.setAttribute('role', 'alert');
       this.node.append(missing);
     }
@@ -104,15 +105,6 @@ export class DocumentView extends Widget {
     if (cited && this.isVisible) {
       requestAnimationFrame(() => cited.scrollIntoView({ block: 'center' }));
     }
-  }
-
-  private _element(tag: string, className: string, text?: string): HTMLElement {
-    const el = document.createElement(tag);
-    el.className = className;
-    if (text !== undefined) {
-      el.textContent = text;
-    }
-    return el;
   }
 
   private _citation: ICitation;

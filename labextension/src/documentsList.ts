@@ -7,6 +7,7 @@ import { Widget } from '@lumino/widgets';
 
 import { KaizenApi } from './api';
 import { CitationOpener, IDocumentSummary, listDocuments, removeDocument } from './documents';
+import { element } from './dom';
 
 export const DOCUMENTS_VIEW_ID = 'kaizen-documents';
 
@@ -37,11 +38,11 @@ export class DocumentsList extends Widget {
     if (loading !== this._loads) {
       return;
     }
-    const header = this._element('header', 'jp-Kaizen-documentHeader');
+    const header = element('header', 'jp-Kaizen-documentHeader');
     const refresh = this._button('Refresh', () => void this.refresh());
-    header.append(this._element('h2', 'jp-Kaizen-documentTitle', 'Kaizen Documents'), refresh);
+    header.append(element('h2', 'jp-Kaizen-documentTitle', 'Kaizen Documents'), refresh);
     if (!listed.ok) {
-      const error = this._element('p', 'jp-Kaizen-error', listed.message);
+      const error = element('p', 'jp-Kaizen-error', listed.message);
       error.setAttribute('role', 'alert');
       this.node.replaceChildren(header, error);
       this.node.dataset.state = 'error';
@@ -51,14 +52,14 @@ export class DocumentsList extends Widget {
     if (!documents.length) {
       this.node.replaceChildren(
         header,
-        this._element(
+        element(
           'p',
           'jp-Kaizen-empty',
           'No documents yet. Right-click a file in the file browser and choose "Add to Kaizen Documents".'
         )
       );
     } else {
-      const list = this._element('ul', 'jp-Kaizen-documentItems');
+      const list = element('ul', 'jp-Kaizen-documentItems');
       for (const doc of documents) {
         list.append(this._item(doc));
       }
@@ -72,7 +73,7 @@ export class DocumentsList extends Widget {
   }
 
   private _item(doc: IDocumentSummary): HTMLElement {
-    const item = this._element('li', 'jp-Kaizen-documentItem');
+    const item = element('li', 'jp-Kaizen-documentItem');
     item.dataset.documentId = doc.id;
     const facts = [`v${doc.version}`, doc.chunks === 1 ? '1 passage' : `${doc.chunks} passages`];
     if (doc.sourcePath) {
@@ -86,7 +87,7 @@ export class DocumentsList extends Widget {
       this._options.open({ documentId: doc.id, version: doc.version, chunkId: '' }, doc.title)
     );
     open.classList.add('jp-Kaizen-documentOpen');
-    item.append(open, this._element('span', 'jp-Kaizen-documentFacts', facts.join(' · ')));
+    item.append(open, element('span', 'jp-Kaizen-documentFacts', facts.join(' · ')));
     if (doc.owner === this._options.me()) {
       const remove = this._button('Remove', async () => {
         if (!(await this._options.confirmRemove(doc.title))) {
@@ -94,7 +95,7 @@ export class DocumentsList extends Widget {
         }
         const removed = await removeDocument(this._options.api, doc.id);
         if (!removed.ok) {
-          const error = this._element('span', 'jp-Kaizen-error', removed.message);
+          const error = element('span', 'jp-Kaizen-error', removed.message);
           error.setAttribute('role', 'alert');
           item.append(error);
           return;
@@ -109,19 +110,10 @@ export class DocumentsList extends Widget {
   }
 
   private _button(label: string, onClick: () => void): HTMLButtonElement {
-    const button = this._element('button', 'jp-Button jp-mod-styled jp-Kaizen-secondary', label) as HTMLButtonElement;
+    const button = element('button', 'jp-Button jp-mod-styled jp-Kaizen-secondary', label) as HTMLButtonElement;
     button.type = 'button';
     button.addEventListener('click', onClick);
     return button;
-  }
-
-  private _element(tag: string, className: string, text?: string): HTMLElement {
-    const el = document.createElement(tag);
-    el.className = className;
-    if (text !== undefined) {
-      el.textContent = text;
-    }
-    return el;
   }
 
   private _loads = 0;
