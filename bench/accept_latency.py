@@ -48,7 +48,7 @@ ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH_DIR))
 
-from benchkit import emit, parse_args, postgres_unavailable, skipped  # noqa: E402
+from benchkit import emit, parse_args, quantile, reachable_databases  # noqa: E402
 
 from kaizen_server_extension.store.engine import sqlite_url_for  # noqa: E402
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI  # noqa: E402
@@ -66,10 +66,6 @@ SCRIPTS: list[dict[str, Any]] = [{"match": TEXT, "responses": [{"text": "Accepte
 SETTLE_TIMEOUT_S = 300.0
 
 
-def _pctl(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
-    return ordered[rank]
 
 
 @contextmanager
@@ -303,9 +299,9 @@ def figure(db: str, servers: list[ServerProcess], name: str, messages: int, room
             rates.append(messages / (last - first_sent))
             violations += _violations(accepted, journals)
             latencies.extend(took)
-            trial_p95.append(round(_pctl(took, 95), 1))
+            trial_p95.append(round(quantile(took, 95), 1))
             baseline.extend(bare)
-    p95, bare_p95 = _pctl(latencies, 95), _pctl(baseline, 95)
+    p95, bare_p95 = quantile(latencies, 95), quantile(baseline, 95)
     emit({
         "bench": BENCH, "figure": name, "db": db, "replicas": len(servers), "client": client,
         "messages": messages, "rooms": rooms, "trials": trials, "n": len(latencies),
@@ -334,12 +330,7 @@ def _extra(parser: argparse.ArgumentParser) -> None:
 
 def main() -> None:
     args = parse_args(__doc__ or BENCH, default_n=100, extra=_extra)
-    for db in ("sqlite", "postgresql") if args.db == "both" else (args.db,):
-        if db == "postgresql":
-            reason = asyncio.run(postgres_unavailable(args.pg_url))
-            if reason is not None:
-                skipped(BENCH, db, reason)
-                continue
+    for db in asyncio.run(reachable_databases(BENCH, args)):
         with FakeOpenAI(SCRIPTS) as fake, replicas(db, args.pg_url, fake) as servers:
             figure(db, servers, "one_room", args.n, 1, args.trials, args.client)
             figure(db, servers, "rooms", args.spread_n, args.rooms, args.trials, args.client)

@@ -98,13 +98,26 @@ def now_ns() -> int:
     return time.perf_counter_ns()
 
 
-def percentile(samples_ns: Iterable[int], q: float) -> float:
-    """The q-th percentile (0..100, nearest-rank) of nanosecond samples, in microseconds."""
-    ordered = sorted(samples_ns)
+def quantile(values: Iterable[float], q: float) -> float:
+    """The q-th percentile (0..100, nearest rank) of ``values``, in their unit; nan if none."""
+    ordered = sorted(values)
     if not ordered:
         return float("nan")
-    rank = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
-    return ordered[rank] / 1000
+    return ordered[max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))]
+
+
+def percentile(samples_ns: Iterable[int], q: float) -> float:
+    """The q-th percentile (0..100, nearest-rank) of nanosecond samples, in microseconds."""
+    return quantile(samples_ns, q) / 1000
+
+
+def process_cpu_s(pid: int) -> float:
+    """A process's CPU time so far (user + system, all threads), from /proc; 0 elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def us(value: float) -> float:
@@ -197,15 +210,24 @@ async def postgres_unavailable(pg_url: str) -> str | None:
         await engine.dispose()
 
 
-async def for_each_db(bench: str, args: argparse.Namespace,
-                      body: Callable[[str, Store], Awaitable[None]]) -> None:
-    """Run ``body(db, store)`` on a fresh store of each selected database."""
+async def reachable_databases(bench: str, args: argparse.Namespace) -> list[str]:
+    """The selected databases that can be measured; an unreachable PostgreSQL prints its
+    ``skipped`` line instead."""
+    chosen = []
     for db in databases(args.db):
         if db == "postgresql":
             reason = await postgres_unavailable(args.pg_url)
             if reason is not None:
                 skipped(bench, db, reason)
                 continue
+        chosen.append(db)
+    return chosen
+
+
+async def for_each_db(bench: str, args: argparse.Namespace,
+                      body: Callable[[str, Store], Awaitable[None]]) -> None:
+    """Run ``body(db, store)`` on a fresh store of each selected database."""
+    for db in await reachable_databases(bench, args):
         async with fresh_store(db, args.pg_url) as store:
             await body(db, store)
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
 import signal
 import statistics
@@ -43,7 +42,7 @@ ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH_DIR))
 
-from benchkit import emit, parse_args, postgres_unavailable, skipped  # noqa: E402
+from benchkit import emit, parse_args, process_cpu_s, quantile, reachable_databases  # noqa: E402
 from e2e_bench_plugin import E2E_AGENT, NOOP_TOOL  # noqa: E402
 
 from kaizen_server_extension.store.engine import sqlite_url_for  # noqa: E402
@@ -62,10 +61,6 @@ SCRIPTS: list[dict[str, Any]] = [
 ]
 
 
-def _pctl(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
-    return ordered[rank]
 
 
 @contextmanager
@@ -141,13 +136,6 @@ def _wait_terminal(client: httpx.Client, room: str, timeout: float = 120,
     raise RuntimeError("bench turn did not settle")
 
 
-def _cpu_s(pid: int) -> float:
-    """The process's CPU time so far (user + system, all threads), from /proc; 0 elsewhere."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @contextmanager
@@ -240,12 +228,12 @@ def per_step_overhead(db: str, server: ServerProcess, fake: FakeOpenAI, n: int,
                 spying.enter_context(cprofiled(server, cprofile, db))
             httpx.post(fake.base_url.removesuffix("/v1") + "/_fake/reset").raise_for_status()
             room = _room(alice)
-            cpu_before = _cpu_s(pid)
+            cpu_before = process_cpu_s(pid)
             alice.post(f"conversations/{room}/messages",
                        json={"text": STEPS_TEXT}).raise_for_status()
             _wait_requests(fake, TOOL_STEPS + 1)
             events = _wait_terminal(alice, room)
-            cpu_turn = _cpu_s(pid) - cpu_before
+            cpu_turn = process_cpu_s(pid) - cpu_before
             admitted = next(e for e in events if e["type"] == "run.admitted")
             terminal = next(e for e in events if e["type"] == "run.terminal")
             bodies = httpx.get(fake.base_url.removesuffix("/v1") + "/_fake/requests").json()[
@@ -264,7 +252,7 @@ def per_step_overhead(db: str, server: ServerProcess, fake: FakeOpenAI, n: int,
         "bench": BENCH, "figure": "overhead_per_tool_step", "db": db, "n": n,
         "tool_steps_per_turn": TOOL_STEPS,
         "p50_ms": round(statistics.median(overhead_ms), 3),
-        "p95_ms": round(_pctl(overhead_ms, 95), 3),
+        "p95_ms": round(quantile(overhead_ms, 95), 3),
         "turn_p50_ms": round(statistics.median(kaizen_ms), 2),
         "baseline_replay_p50_ms": round(statistics.median(replay_ms), 2),
         "ratio": round(statistics.median(kaizen_ms) / statistics.median(replay_ms), 3),
@@ -327,12 +315,7 @@ def _extra(parser: argparse.ArgumentParser) -> None:
 
 def main() -> None:
     args = parse_args(__doc__ or BENCH, default_n=10, extra=_extra)
-    for db in ("sqlite", "postgresql") if args.db == "both" else (args.db,):
-        if db == "postgresql":
-            reason = asyncio.run(postgres_unavailable(args.pg_url))
-            if reason is not None:
-                skipped(BENCH, db, reason)
-                continue
+    for db in asyncio.run(reachable_databases(BENCH, args)):
         with FakeOpenAI(SCRIPTS) as fake, served(db, args.pg_url, fake, args.cprofile) as server:
             per_step_overhead(db, server, fake, args.n, args.profile, args.cprofile)
             if not args.skip_throughput:

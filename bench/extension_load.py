@@ -18,7 +18,6 @@ Python, environment and installed extensions:
 
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 import sys
@@ -33,7 +32,7 @@ ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH_DIR))
 
-from benchkit import emit, parse_args  # noqa: E402
+from benchkit import emit, parse_args, process_cpu_s  # noqa: E402
 
 from kaizen_server_extension.store.engine import sqlite_url_for  # noqa: E402
 from tests.support.server import (  # noqa: E402
@@ -48,13 +47,6 @@ TARGET_EXTRA_S = 1.0
 TIMEOUT_S = 180.0
 
 
-def _cpu_s(pid: int) -> float:
-    """The process's CPU time so far (user + system), from /proc; 0 where there is none."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _start(root: Path, *, kaizen: bool) -> tuple[float, float]:
@@ -89,7 +81,7 @@ def _start(root: Path, *, kaizen: bool) -> tuple[float, float]:
                 raise RuntimeError(f"server exited early; see {log.name}")
             try:
                 if httpx.get(url, headers=headers, timeout=2).status_code == 200:
-                    return time.perf_counter() - started, _cpu_s(process.pid)
+                    return time.perf_counter() - started, process_cpu_s(process.pid)
             except httpx.HTTPError:
                 pass
             time.sleep(0.02)
