@@ -77,6 +77,11 @@ log = logging.getLogger("kaizen.tools")
 #: How often a waiting call looks at its approval row; decisions also arrive over REST in
 #: another process, so the row, not an in-process signal, is the authority.
 APPROVAL_POLL_S = 0.25
+#: Server-authored routing grants by agent mode (R-307), under a prompt profile that routes
+#: specialists (a small model's): a Search-mode agent's turn calls ``search`` on its first
+#: step, so its answer rests on retrieved evidence rather than the model's recollection.
+#: Visibility and order only: the tool must already be in the agent's frozen catalog.
+ROUTED_FIRST_TOOL: dict[str, str] = {"search": "search"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,6 +337,9 @@ class PipelineToolBackend:
             earned=earned,
             attached=attached,
             description_chars=profile.description_chars,
+            # A turn's routing grant: an agent of a specialist mode calls its tool first.
+            routed=ROUTED_FIRST_TOOL.get(agent.mode)
+            if request_text and profile.routes_specialists else None,
         )
 
     def freeze(self, *, agent: AgentRecord, conversation: ConversationRecord, member: str,

@@ -121,6 +121,7 @@ def freeze_catalog(
     earned: Sequence[str] = (),
     attached: Sequence[str] = (),
     description_chars: int | None = None,
+    routed: str | None = None,
 ) -> FrozenCatalog:
     """Apply the filters above and freeze the result.
 
@@ -132,6 +133,10 @@ def freeze_catalog(
     enters whole (R-301). ``description_chars`` bounds each projected description.
     ``attached`` are a saved prompt's admitted step attachments
     (policy/prompt_attachments.py): on the first step under any profile, when authorized.
+
+    ``routed`` is a server-authored routing grant: the one tool a specialist agent's first
+    step must call (the Search agent searches before it answers). When that tool is in the
+    catalog it is the run's required tool, whatever the member's wording asks (R-307).
 
     ``agent_ceiling`` is the agent's tool list; ``None`` means the agent declares none and is
     bounded only by what is registered, except ``explicit_grant_only`` tools, which need an
@@ -188,7 +193,8 @@ def freeze_catalog(
         omitted=tuple(omitted),
     )
     slot = first_step_slot(member_request, draft)
-    required = required_tool_from_request(member_request, draft)
+    required = routed if routed is not None and routed in draft.descriptors \
+        else required_tool_from_request(member_request, draft)
     first = {a.name for a in advertised} | set(slot)
     if budgeted:
         assert direct is not None
