@@ -24,6 +24,12 @@ from typing import Any, Protocol
 
 from kaizen_server_extension.host.store_ports import HeldCallAudit
 from kaizen_server_extension.policy.citations import check_citations, evidence_references
+from kaizen_server_extension.policy.grounding import (
+    NO_SUPPORT_ANSWER,
+    NO_SUPPORT_REASON,
+    Retrieved,
+    unsupported_answer,
+)
 from kaizen_server_extension.policy.redaction import redact, redact_text, withhold
 from kaizen_server_extension.protocol.authority import (
     AuthorityBundle,
@@ -135,6 +141,9 @@ class RunHost:
         read_tools: frozenset[str] = frozenset(),
         withheld_arguments: Mapping[str, frozenset[str]] | None = None,
         settled: Iterable[ToolCallResult] = (),
+        mode: str = "chat",
+        attached_evidence: bool = False,
+        delegation: Mapping[str, Any] | None = None,
     ) -> None:
         self._store = store
         self._lane = lane
@@ -155,6 +164,13 @@ class RunHost:
         self._settled: list[ToolCallResult] = []
         self._model_facing: list[str] = []
         self._refused_answer = False
+        # The agent's mode and whether the turn has attached files: what the grounding
+        # guard reads besides the settled calls (R-103).
+        self._mode = mode
+        self._attached_evidence = attached_evidence
+        # Set for a delegated child's host: every event it journals carries this marker, so
+        # observers and recovery tell the child's activity from the run's own (R-060).
+        self._delegation = dict(delegation) if delegation is not None else None
         for result in settled:
             self._remember(result)
 
@@ -268,19 +284,42 @@ class RunHost:
             self._refused_answer = True
             return
         if event.kind == "answer.committed":
-            # Citation discipline (R-071): a Kaizen reference the answer cites must be one this
-            # turn's own successful tool results carried; any other is removed before it is
-            # published (policy/citations.py).
-            checked = check_citations(str(data.get("text", "")), evidence_references(
-                (r.name, r.content) for r in self._settled if not r.failed))
-            if checked.removed:
-                log.warning("run %s: removed %d citation(s) not among this turn's evidence",
-                            bundle.run_id, len(checked.removed))
-                data["text"] = checked.text
-                data["citations_removed"] = len(checked.removed)
+            text, notes = self.vetted_answer(str(data.get("text", "")))
+            data.update(notes, text=text)
         await self._journal(bundle, event.kind, data,
                             steps=1 if event.kind == "model.step.started" else 0,
                             durable=False)
+
+    def vetted_answer(self, text: str) -> tuple[str, dict[str, Any]]:
+        """The answer as it may be published, and what the guards changed (journaled with it).
+
+        * Citation discipline (R-071): a Kaizen reference the answer cites must be one this
+          turn's own successful tool results carried; any other is removed
+          (policy/citations.py).
+        * Grounding (R-103): a grounded turn that found no support publishes the policy's
+          statement that it found none instead of what the model wrote (policy/grounding.py).
+        """
+        notes: dict[str, Any] = {}
+        run_id = self._admitted.run_id
+        if unsupported_answer(self._mode, (Retrieved(r.name, r.content, r.failed)
+                                           for r in self._settled),
+                              attached_evidence=self._attached_evidence):
+            if text.strip() != NO_SUPPORT_ANSWER:
+                log.warning("run %s: a grounded answer without support was replaced by the "
+                            "policy's no-support statement", run_id)
+                notes.update(grounding=NO_SUPPORT_REASON, replaced_chars=len(text))
+            return NO_SUPPORT_ANSWER, notes
+        checked = check_citations(text, evidence_references(
+            (r.name, r.content) for r in self._settled if not r.failed))
+        if checked.removed:
+            log.warning("run %s: removed %d citation(s) not among this turn's evidence",
+                        run_id, len(checked.removed))
+            notes["citations_removed"] = len(checked.removed)
+        return checked.text, notes
+
+    def settled_results(self) -> tuple[ToolCallResult, ...]:
+        """This host's settled results so far (a delegated child's evidence)."""
+        return tuple(self._settled)
 
     async def publish_terminal(self, bundle: AuthorityBundle,
                                outcome: TerminalOutcome) -> bool:
@@ -309,6 +348,8 @@ class RunHost:
         transaction, and are written even when the run is no longer ours (the call they
         record happened all the same)."""
         notify = self._store.notifies
+        if self._delegation is not None:
+            data = {**data, "delegation": self._delegation}
 
         def unit() -> Unit[str | None]:
             conversation = yield from live_conversation(bundle.run_id, bundle.fence,
@@ -335,6 +376,8 @@ class RunHost:
         uses them once, so a revocation still holds from the next call on."""
         name = str(data.get("name"))
         notify = self._store.notifies
+        if self._delegation is not None:
+            data = {**data, "delegation": self._delegation}
 
         def unit() -> Unit[CallFacts | None]:
             opened = yield from open_call(bundle.run_id, bundle.fence, name)

@@ -69,7 +69,8 @@ from kaizen_server_extension.tools.metrics import ToolMetrics
 from kaizen_server_extension.tools.pipeline import ToolPipeline
 from kaizen_server_extension.tools.ports import CallFactsView, CallScope
 from kaizen_server_extension.tools.registry import ToolRegistry
-from kaizen_server_extension.tools.services import ToolServices
+from kaizen_server_extension.tools.services import AgentDelegation, ToolServices
+from kaizen_server_extension.tools.settlement import delegates
 from kaizen_server_extension.tools.types import RegisteredTool, ToolDescriptor
 
 log = logging.getLogger("kaizen.tools")
@@ -388,7 +389,8 @@ class PipelineToolBackend:
             raise resolved.error()
 
     def caller(self, *, bundle: AuthorityBundle, tools: FrozenTools,
-               cancelled: asyncio.Event) -> ToolCaller:
+               cancelled: asyncio.Event,
+               delegation: AgentDelegation | None = None) -> ToolCaller:
         catalog = tools.catalog
         assert isinstance(catalog, FrozenCatalog)
         registered_tools: dict[str, RegisteredTool] = {}
@@ -450,10 +452,12 @@ class PipelineToolBackend:
                     # Approved: run the call again; the pipeline consumes the one-shot
                     # receipt and reruns every guardrail before executing.
 
-        # A kernel may call back only the catalog's read tools, through this same pipeline.
+        # A kernel may call back only the catalog's read tools, through this same pipeline;
+        # starting another agent's turn is not a read a kernel makes.
         bridge = BridgeBinding(bundle, call, {
             name: d.capability for name, d in catalog.descriptors.items()
-            if d.capability is Capability.READ and name != "run_code"})
+            if d.capability is Capability.READ and name != "run_code"
+            and not delegates(d)})
         services = ToolServices(
             artifacts=self._artifacts, agents=self._agents, run_code=self._run_code,
             bridge=bridge, workspace_store=self._workspace_store, notebooks=self._notebooks,
@@ -464,6 +468,8 @@ class PipelineToolBackend:
             resources=tools.resources,
             # What the agent retrieves over, narrowing the member's access.
             knowledge_scope=tools.knowledge_scope,
+            # Another agent's turn inside this run's authority (invoke_agent, R-060).
+            delegation=delegation,
             # The run's MCP sessions: a server is connected (a stdio one started) at its
             # first call of the run and reused until idle (docs/mcp.md).
             extra={SESSIONS_SERVICE: RunSessions(self._mcp)} if self._mcp is not None
