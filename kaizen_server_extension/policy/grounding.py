@@ -54,10 +54,13 @@ def compose_system_prompt(persona: str, *parts: str | None, compact: bool = Fals
 # answer is this policy-authored statement instead. Deciding "no support" needs no reading of
 # the model's prose, so a model cannot talk its way past it.
 
-#: The tools that look things up for an answer. ``invoke_agent`` counts as one: a delegated
-#: answer is support only when it came back with citations the child's own retrieval verified.
+#: The tools that look things up for an answer: a turn that called one is grounded.
 RETRIEVAL_TOOLS = frozenset({"search", "query_document", "conversation_history_search",
-                             "search_about", "invoke_agent"})
+                             "search_about"})
+#: What may support a grounded answer: retrieval, and a delegated answer that came back with
+#: citations the child's own retrieval verified (host/delegation.py). Delegating alone does
+#: not make a turn grounded: a coordinator's turn is not a search.
+SUPPORTING_TOOLS = RETRIEVAL_TOOLS | {"invoke_agent"}
 #: The keys under which retrieval results list what they found; an empty list found nothing.
 _FOUND_KEYS = ("hits", "results", "passages", "citations")
 
@@ -82,7 +85,7 @@ def found_support(results: Iterable[Retrieved]) -> bool:
     """Whether any successful retrieval call found something: a body one of whose result
     lists (``hits``, ``results``, ``passages``; a delegation's ``citations``) is non-empty."""
     for result in results:
-        if result.failed or result.name not in RETRIEVAL_TOOLS:
+        if result.failed or result.name not in SUPPORTING_TOOLS:
             continue
         try:
             body = json.loads(result.content)
