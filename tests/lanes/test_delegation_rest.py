@@ -28,6 +28,7 @@ from kaizen_server_extension.host.delegation import (
     FAILED_MESSAGE,
     TIMED_OUT_MESSAGE,
 )
+from kaizen_server_extension.policy.grounding import NO_SUPPORT_ANSWER
 from kaizen_server_extension.runtime.fallback import CHECK_ACTIVITY
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.store import Store
@@ -371,3 +372,26 @@ def test_a_child_that_does_not_finish_in_time_is_cut_off_with_a_typed_error(
     assert time.monotonic() - started < TIMEOUT_S + 20
     [result] = _settled_calls(events, "invoke_agent", delegated=False)
     assert result["outcome"] == "error" and result["content"] == TIMED_OUT_MESSAGE
+
+
+@pytest.mark.rule("R-103", "R-060")
+def test_a_delegated_search_that_found_nothing_returns_the_no_support_statement(
+        served: tuple[ServerProcess, FakeOpenAI]) -> None:
+    """The child's answer passes the same grounding guard as any answer: its guess never
+    reaches the parent as evidence."""
+    server, fake = served
+    with server.client("alice") as alice:
+        room = _room(alice)
+        fake.load([
+            {"match": "Find the pelican count", "responses": [
+                _calls({"name": "search", "arguments": {"query": "pelican count"}}),
+                {"text": "There are 300 pelicans."}]},
+            {"match": "ask search about pelicans", "responses": [
+                _calls(_delegate("search", "Find the pelican count.")),
+                {"text": "Search found nothing on pelicans."}]}])
+        run, events = _turn(alice, room, "ask search about pelicans")
+    assert run["status"] == "completed", run
+    [result] = _settled_calls(events, "invoke_agent", delegated=False)
+    body = json.loads(result["content"])
+    assert body["answer"] == NO_SUPPORT_ANSWER and body["citations"] == []
+    assert "300" not in result["content"]
