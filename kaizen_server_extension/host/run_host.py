@@ -171,6 +171,8 @@ class RunHost:
         # Set for a delegated child's host: every event it journals carries this marker, so
         # observers and recovery tell the child's activity from the run's own (R-060).
         self._delegation = dict(delegation) if delegation is not None else None
+        # (settled calls read, unsupported then): the grounding guard's last reading.
+        self._support_read: tuple[int, bool] = (-1, False)
         for result in settled:
             self._remember(result)
 
@@ -253,6 +255,10 @@ class RunHost:
     async def publish(self, bundle: AuthorityBundle, event: TraceEvent) -> None:
         self._verify(bundle)
         data = dict(event.data)
+        if event.kind == "answer.delta" and self._unsupported():
+            # A grounded turn without support publishes the no-support statement instead of
+            # this text (vetted_answer), so its guess is not streamed to observers either.
+            return
         if event.kind in LIVE_ONLY:
             self._publish_live(bundle.conversation_id, event.kind,
                                {"run_id": bundle.run_id, **data})
@@ -301,9 +307,7 @@ class RunHost:
         """
         notes: dict[str, Any] = {}
         run_id = self._admitted.run_id
-        if unsupported_answer(self._mode, (Retrieved(r.name, r.content, r.failed)
-                                           for r in self._settled),
-                              attached_evidence=self._attached_evidence):
+        if self._unsupported():
             if text.strip() != NO_SUPPORT_ANSWER:
                 log.warning("run %s: a grounded answer without support was replaced by the "
                             "policy's no-support statement", run_id)
@@ -316,6 +320,15 @@ class RunHost:
                         run_id, len(checked.removed))
             notes["citations_removed"] = len(checked.removed)
         return checked.text, notes
+
+    def _unsupported(self) -> bool:
+        """Whether this turn is grounded and, with what it has settled so far, unsupported
+        (R-103). Read once per settled call, not once per streamed delta."""
+        if self._support_read[0] != len(self._settled):
+            self._support_read = (len(self._settled), unsupported_answer(
+                self._mode, (Retrieved(r.name, r.content, r.failed) for r in self._settled),
+                attached_evidence=self._attached_evidence))
+        return self._support_read[1]
 
     def settled_results(self) -> tuple[ToolCallResult, ...]:
         """This host's settled results so far (a delegated child's evidence)."""

@@ -8,6 +8,7 @@ a supported answer, and an ordinary chat turn that retrieved nothing, are left a
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 from kaizen_server_extension.policy.grounding import NO_SUPPORT_ANSWER
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI, last_user_message
 from tests.conftest import BACKENDS, served_by
+from tests.events.support import connect, read_until
 from tests.lanes.test_turns import _events, _send, _settled
 from tests.support.server import ServerProcess
 
@@ -113,3 +115,36 @@ def test_a_supported_answer_and_an_ordinary_chat_answer_are_published_as_written
         chatted = _answer(alice, "general", "hi")
     assert supported["text"] == cited and "grounding" not in supported
     assert chatted["text"] == "Hello there, how can I help?" and "grounding" not in chatted
+
+
+def _live_answer(server: ServerProcess, agent_id: str, text: str) -> list[dict[str, Any]]:
+    """The frames an events websocket sees of one turn, up to its terminal."""
+    with server.client("alice") as alice:
+        room = alice.post("conversations", json={"agent_id": agent_id}).json()["id"]
+
+    async def watch() -> list[dict[str, Any]]:
+        ws = await connect(server, "alice", room)
+        try:
+            with server.client("alice") as alice:
+                _send(alice, room, text)
+            return await read_until(ws, lambda frames: any(
+                f["type"] == "run.terminal" for f in frames), within=60)
+        finally:
+            ws.close()
+
+    return asyncio.run(watch())
+
+
+@pytest.mark.rule("R-103")
+def test_a_guess_is_not_streamed_live_either(served: tuple[ServerProcess, FakeOpenAI]) -> None:
+    server, fake = served
+    fake.load([{"match": "pelicans", "responses": [_search("pelican count"), {"text": GUESS}]},
+               {"responses": [{"text": "Hello there, how can I help?"}]}])
+    guessed = _live_answer(server, "search", "how many pelicans live here?")
+    chatted = _live_answer(server, "general", "hi")
+    assert not [f for f in guessed if f["type"] == "answer.delta"]
+    assert all("300" not in str(f.get("data")) for f in guessed)
+    [committed] = [f for f in guessed if f["type"] == "answer.committed"]
+    assert committed["data"]["text"] == NO_SUPPORT_ANSWER
+    # The control: an ordinary answer streams as it is written.
+    assert [f for f in chatted if f["type"] == "answer.delta"]
