@@ -265,7 +265,7 @@ class RunDelegation:
             else KnowledgeScope.from_stored(scope)
         return dataclasses.replace(
             parent, advertised=child.advertised, digest=child.digest, required_tool=None,
-            catalog=child, deferred=(), knowledge_scope=knowledge,
+            catalog=child, deferred=(), knowledge_scope=knowledge, delegated=True,
             withheld_arguments={n: w for n, w in parent.withheld_arguments.items()
                                 if n in child.descriptors},
             sources={n: t for n, t in parent.sources.items() if n in child.descriptors})

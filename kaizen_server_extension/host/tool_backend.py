@@ -103,6 +103,9 @@ class FrozenTools:
     # The run's source tools (MCP servers) by name, discovered at admission for this run only:
     # never registered server-wide, so no other run can reach them.
     sources: Mapping[str, RegisteredTool] = dataclasses.field(default_factory=dict)
+    # True for the tools of a delegated turn inside the run (host/delegation.py), narrowed
+    # from the run's own.
+    delegated: bool = False
 
     def declared(self, name: str) -> ToolDescriptor | None:
         """The frozen catalog's declaration of ``name``, or None when it has no such tool."""
@@ -446,7 +449,16 @@ class PipelineToolBackend:
                         result = _with_reveals(result, deferred_names, callable_now)
                     return result
                 except ApprovalPending as pending:
-                    decision = await self._await_decision(pending.approval_id, cancelled)
+                    try:
+                        decision = await self._await_decision(pending.approval_id, cancelled)
+                    except asyncio.CancelledError:
+                        # A delegated turn cut off (out of time) while it waited: the parent
+                        # carries on, so the request is withdrawn and no later decision runs
+                        # it. A run's own wait is left as it is: the run is cancelled or
+                        # stopping, and recovery settles a run that waited (resume.py).
+                        if tools.delegated:
+                            await asyncio.shield(self._withdraw(pending.approval_id))
+                        raise
                     if decision == "denied":
                         return _declined(request, catalog)
                     # Approved: run the call again; the pipeline consumes the one-shot
@@ -475,6 +487,13 @@ class PipelineToolBackend:
             extra={SESSIONS_SERVICE: RunSessions(self._mcp)} if self._mcp is not None
             and tools.sources else {})
         return call
+
+    async def _withdraw(self, approval_id: str) -> None:
+        try:
+            if await self.approvals.withdraw(approval_id):
+                log.info("withdrew approval request %s: nothing waits for it", approval_id)
+        except Exception:
+            log.exception("could not withdraw approval request %s", approval_id)
 
     async def _await_decision(self, approval_id: str, cancelled: asyncio.Event) -> str:
         while True:

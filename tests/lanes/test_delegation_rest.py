@@ -395,3 +395,40 @@ def test_a_delegated_search_that_found_nothing_returns_the_no_support_statement(
     body = json.loads(result["content"])
     assert body["answer"] == NO_SUPPORT_ANSWER and body["citations"] == []
     assert "300" not in result["content"]
+
+
+@pytest.mark.rule("R-060")
+def test_an_approval_a_cut_off_child_waited_on_is_withdrawn(
+        served: tuple[ServerProcess, FakeOpenAI]) -> None:
+    """The member never answered; when the delegation's time is up the request is withdrawn,
+    so a late approval runs nothing, and the parent's turn carries on."""
+    server, fake = served
+    note = {"title": "Never approved", "kind": "markdown", "content": "# Late\n"}
+    with server.client("carol") as carol:
+        assert carol.put("members/me/settings",
+                         json={"approval_mode": "always_ask"}).status_code == 200
+        room = _room(carol)
+        fake.load([
+            {"match": "Write it down", "responses": [
+                _calls({"name": "create_artifact", "arguments": note}),
+                {"text": "Written."}]},
+            {"match": "note it, quickly", "responses": [
+                _calls(_delegate(WRITER, "Write it down.")),
+                {"text": "The writer ran out of time."}]}])
+        accepted = _send(carol, room, "note it, quickly")
+        approval = _pending_approval(carol, accepted["run_id"])
+        run = _settled(carol, accepted["run_id"], timeout=TIMEOUT_S + 30)
+        late = carol.post(f"approvals/{approval['id']}", json={"decision": "approve"})
+        pending = [a for a in carol.get("approvals", params={"status": "pending"}).json()
+                   if a["run_id"] == accepted["run_id"]]
+        events = _events(carol, room, accepted["run_id"])
+        titles = _titles(carol)
+        assert carol.put("members/me/settings",
+                         json={"approval_mode": "ask_for_writes"}).status_code == 200
+    assert run["status"] == "completed", run
+    [result] = _settled_calls(events, "invoke_agent", delegated=False)
+    assert result["content"] == TIMED_OUT_MESSAGE
+    assert pending == [] and late.status_code == 409, late.text
+    [withdrawn] = [e["data"] for e in events if e["type"] == "approval.decided"]
+    assert withdrawn["approval_id"] == approval["id"] and withdrawn["withdrawn"] is True
+    assert note["title"] not in titles
