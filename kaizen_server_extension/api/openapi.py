@@ -217,6 +217,9 @@ def openapi_document(*, library: bool = True) -> dict[str, Any]:
                 "closes_turn": {"type": "boolean"},
                 "text_escaped": _TEXT_ESCAPED,
                 "delegation": _ref("DelegationMarker"),
+                "delegated": {"type": "boolean", "const": True, "description": (
+                    "Present when the call handed work to another agent (invoke_agent); "
+                    "what that agent did is in the events carrying its DelegationMarker.")},
                 "denied": {
                     "enum": ["staged_protocol_unavailable"],
                     "description": "Present when the call was refused before anything ran "

@@ -222,6 +222,10 @@ class RunHost:
             "failure_domain": result.failure_domain.value, "content": result.content,
             "closes_turn": result.closes_turn,
         }
+        if result.delegated:
+            # The call handed work to another agent, whose own activity the run's calls do
+            # not show: a fallback asks the member to check it, after a resume too.
+            settled["delegated"] = True
         if result.denied is not None:
             # The typed reason a protocol operation was refused before it ran.
             settled["denied"] = result.denied.value

@@ -209,6 +209,7 @@ def _result(call: ToolCall, data: dict[str, object]) -> ToolCallResult:
         evidence=outcome is ToolOutcome.OK and bool(content.strip()),
         closes_turn=bool(data.get("closes_turn")),
         may_have_effect=capability is not Capability.READ,
+        delegated=bool(data.get("delegated")),
     )
 
 

@@ -432,3 +432,22 @@ def test_an_approval_a_cut_off_child_waited_on_is_withdrawn(
     [withdrawn] = [e["data"] for e in events if e["type"] == "approval.decided"]
     assert withdrawn["approval_id"] == approval["id"] and withdrawn["withdrawn"] is True
     assert note["title"] not in titles
+
+
+@pytest.mark.rule("R-049")
+def test_a_turn_that_delegated_successfully_still_asks_to_check_the_activity(
+        served: tuple[ServerProcess, FakeOpenAI]) -> None:
+    """Every call read and completed, yet one delegated: whatever its agent did is not in the
+    parent's own calls, so a turn ending without an answer asks the member to look."""
+    server, fake = served
+    with server.client("carol") as carol:
+        room = _room(carol)
+        fake.load([
+            {"match": "Say ok", "responses": [{"text": "ok"}]},
+            {"match": "delegate then stall", "responses": [
+                _calls(_delegate(HELPER, "Say ok.")), {"empty": True}]}])
+        run, events = _turn(carol, room, "delegate then stall")
+    assert run["status"] == "failed" and run["outcome"] == "empty_response", run
+    [result] = _settled_calls(events, "invoke_agent", delegated=False)
+    assert result["outcome"] == "ok" and result["delegated"] is True
+    assert CHECK_ACTIVITY in events[-1]["data"]["message"]

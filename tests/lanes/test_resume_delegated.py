@@ -57,3 +57,20 @@ def test_a_childs_events_stay_out_of_the_resumed_transcript_but_its_calls_dangle
     assert [m.role for m in point.messages] == ["assistant", "tool"]
     assert [c.name for c in point.messages[0].tool_calls] == ["invoke_agent"]
     assert [r.name for r in point.results] == ["invoke_agent"] and point.rounds_used == 1
+
+
+@pytest.mark.rule("R-049")
+def test_a_resumed_run_still_knows_it_delegated() -> None:
+    """The fallback's check-the-activity suggestion holds after a takeover too: the journaled
+    tool.settled says the call delegated."""
+    journal = RunJournal.read(_events(
+        ("model.step.started", {"step": 1, "attempt": 1, "synthesis": False}),
+        ("tool.requested", {"step": 1, "call_id": "c1", "name": "invoke_agent"}),
+        ("tool.settled", {"step": 1, "call_id": "c1", "name": "invoke_agent",
+                          "outcome": "ok", "capability": "read", "delegated": True,
+                          "content": "{\"answer\": \"42\"}", "closes_turn": False}),
+    ))
+    point = journal.resume_point([], ())
+    assert point is not None
+    [result] = point.results
+    assert result.delegated and not result.failed
