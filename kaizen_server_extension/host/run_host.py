@@ -330,7 +330,8 @@ class RunHost:
         (R-103). Read once per settled call, not once per streamed delta."""
         if self._support_read[0] != len(self._settled):
             self._support_read = (len(self._settled), unsupported_answer(
-                self._mode, (Retrieved(r.name, r.content, r.failed) for r in self._settled),
+                self._mode, (Retrieved(r.name, r.content, r.failed, r.evidence)
+                                for r in self._settled),
                 attached_evidence=self._attached_evidence))
         return self._support_read[1]
 

@@ -64,6 +64,9 @@ SUPPORTING_TOOLS = RETRIEVAL_TOOLS | {"invoke_agent"}
 #: The keys under which retrieval results list what they found; an empty list found nothing.
 _FOUND_KEYS = ("hits", "results", "passages", "citations")
 
+#: Results about the turn's own tools, not about what was asked.
+_NOT_SUPPORT = frozenset({"tool_search"})
+
 NO_SUPPORT_ANSWER = (
     "I found nothing in the sources I could search that supports an answer to this, so I "
     "won't guess. Try different wording, or add the documents that cover it."
@@ -79,13 +82,21 @@ class Retrieved:
     name: str
     content: str
     failed: bool
+    #: The call produced something an answer can use (``ToolCallResult.evidence``).
+    evidence: bool = False
 
 
 def found_support(results: Iterable[Retrieved]) -> bool:
     """Whether any successful retrieval call found something: a body one of whose result
-    lists (``hits``, ``results``, ``passages``; a delegation's ``citations``) is non-empty."""
+    lists (``hits``, ``results``, ``passages``; a delegation's ``citations``) is non-empty.
+    A successful call of any other tool with a result (the agent roster, code that ran) is
+    support too: an answer about it rests on authoritative runtime output, not on recall."""
     for result in results:
-        if result.failed or result.name not in SUPPORTING_TOOLS:
+        if result.failed:
+            continue
+        if result.name not in SUPPORTING_TOOLS:
+            if result.evidence and result.name not in _NOT_SUPPORT:
+                return True
             continue
         try:
             body = json.loads(result.content)

@@ -9,8 +9,8 @@ import pytest
 from kaizen_server_extension.policy.grounding import Retrieved, found_support, unsupported_answer
 
 
-def _r(name: str, body: object, failed: bool = False) -> Retrieved:
-    return Retrieved(name, json.dumps(body), failed)
+def _r(name: str, body: object, failed: bool = False, evidence: bool = True) -> Retrieved:
+    return Retrieved(name, json.dumps(body), failed, evidence)
 
 
 @pytest.mark.rule("R-103")
@@ -24,8 +24,13 @@ def _r(name: str, body: object, failed: bool = False) -> Retrieved:
     # A delegated answer supports only with citations its child's retrieval verified.
     ([_r("invoke_agent", {"answer": "300 pelicans", "citations": []})], False),
     ([_r("invoke_agent", {"answer": "42", "citations": [{"citation": "kaizen:x"}]})], True),
-    # Hits of a tool that does not retrieve are no support.
-    ([_r("list_available_agents", {"results": [{"id": "search"}]})], False),
+    # Another tool's successful result is authoritative output an answer may rest on...
+    ([_r("list_available_agents", {"agents": [{"id": "search"}]})], True),
+    # ...but not one that gave nothing, or failed.
+    ([_r("list_available_agents", {}, evidence=False)], False),
+    ([_r("run_code", {"status": "error"}, failed=True)], False),
+    # Finding a tool is not finding an answer.
+    ([_r("tool_search", {"matches": [{"name": "search"}]})], False),
 ])
 def test_support_is_a_successful_retrieval_that_found_something(
         results: list[Retrieved], supported: bool) -> None:
