@@ -171,7 +171,8 @@ class RunDelegation:
                  bundle: AuthorityBundle, tools: FrozenTools, backend: CallerFactory,
                  model_stream: ModelStream, cancelled: asyncio.Event, budgets: Budgets,
                  correction_rules: tuple[CorrectionRule, ...], limits: DelegationLimits,
-                 compact_prompt: bool = False, calls_made: int = 0) -> None:
+                 compact_prompt: bool = False, compress_tool_results: bool = False,
+                 calls_made: int = 0) -> None:
         self._store = store
         self._lane = lane
         self._lease = lease
@@ -184,6 +185,8 @@ class RunDelegation:
         self._rules = correction_rules
         self._limits = limits
         self._compact = compact_prompt
+        # The member's tool-result compression opt-in, as the run was admitted with it.
+        self._compress = compress_tool_results
         self._calls = calls_made
 
     async def invoke(self, agent_id: str, task: str) -> dict[str, Any]:
@@ -232,7 +235,8 @@ class RunDelegation:
                 max_cycles=min(self._limits.max_cycles, self._budgets.max_cycles)),
             synthesis=SYNTHESIS, correction_rules=self._rules,
             staged_protocol=STAGED_ARTIFACT_TOOLS.intersection(
-                tool.name for tool in tools.advertised))
+                tool.name for tool in tools.advertised),
+            compress_tool_results=self._compress)
         log.info("run %s: delegating to agent %s (%s, depth %d, %d tool(s))",
                  self._bundle.run_id, agent.id, delegation_id, child_depth,
                  len(tools.advertised))

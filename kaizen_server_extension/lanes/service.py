@@ -489,6 +489,7 @@ class LaneService:
             budgets=self._config.budgets, correction_rules=self._config.correction_rules,
             limits=self._config.delegation,
             compact_prompt=self._config.prompt_profile.compact_prompt,
+            compress_tool_results=manifest.compress_tool_results,
             calls_made=sum(1 for r in (resume.results if resume is not None else ())
                            if r.name == INVOKE_AGENT))
         host = RunHost(
