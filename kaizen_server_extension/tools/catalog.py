@@ -209,6 +209,29 @@ def freeze_catalog(
     )
 
 
+def narrowed(catalog: FrozenCatalog, ceiling: Collection[str], *,
+             exclude: Collection[str] = ()) -> FrozenCatalog:
+    """The part of a run's frozen ``catalog`` that another ``ceiling`` also allows: a
+    delegated child's tools, never wider than its parent's (R-060, R-410).
+
+    A name the catalog lacks is not added, whatever the ceiling says; a protocol is kept whole
+    or not at all and a tool only beside the tools it requires, as at freezing; ``exclude``
+    names are dropped. Discovery does not carry over: ``tool_search`` is dropped and every kept
+    tool, deferred in the parent or not, is advertised directly (the child's set is small)."""
+    allowed = set(ceiling) - set(exclude) - {TOOL_SEARCH_NAME}
+    kept = {name: d for name, d in catalog.descriptors.items() if name in allowed}
+    kept = {name: d for name, d in kept.items() if d.requires_tools <= kept.keys()}
+    kept = {name: d for name, d in kept.items()
+            if all(member in kept for member in catalog.protocol_of(name))}
+    final = [kept[name] for name in sorted(kept)]
+    projected = {d.name: catalog.projected[d.name] for d in final}
+    advertised = tuple(projected[d.name] for d in final)
+    return FrozenCatalog(
+        advertised=advertised, digest=catalog_digest(final, projected, ()),
+        descriptors=MappingProxyType({d.name: d for d in final}),
+        projected=MappingProxyType(projected), first_step=advertised)
+
+
 def _deferrable(d: ToolDescriptor) -> bool:
     # Generated and package descriptors wait behind discovery; first-party baseline reads
     # (and tool_search itself) stay directly callable (R-308, R-323).
