@@ -8,20 +8,17 @@ existed. A refused request writes nothing; every change is audited with the memb
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler
 from kaizen_server_extension.protocol.errors import MemberError
-from kaizen_server_extension.tools.egress import EgressRefused
-from kaizen_server_extension.tools.openapi_schema_cache import SchemaUnavailable
-from kaizen_server_extension.tools.openapi_sources import (
-    MAX_URL_CHARS,
-    OpenApiSources,
-    tool_name,
-)
+from kaizen_server_extension.store.openapi_sources import MAX_URL_CHARS
+
+if TYPE_CHECKING:  # the sources' modules load only when the feature is on
+    from kaizen_server_extension.tools.openapi_sources import OpenApiSources
 
 Url = Annotated[str, Field(min_length=1, max_length=MAX_URL_CHARS)]
 
@@ -97,6 +94,10 @@ class SourceOperationsHandler(SourcesHandler):
     async def get(self, source_id: str) -> None:
         """What the source's document compiles into now: its callable operations (with the
         tool name and effect class each gets) and the omitted ones with their reasons."""
+        from kaizen_server_extension.tools.egress import EgressRefused
+        from kaizen_server_extension.tools.openapi_schema_cache import SchemaUnavailable
+        from kaizen_server_extension.tools.openapi_sources import tool_name
+
         record = await self.sources.store.get_for(source_id, self.member)
         try:
             document = await self.sources.operations(record)

@@ -13,7 +13,7 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kaizen_server_extension.agents import UNSCOPED, KnowledgeScope
 from kaizen_server_extension.host.run_host import ToolCaller
@@ -65,7 +65,6 @@ from kaizen_server_extension.tools.mcp_sources import (
     RunSessions,
 )
 from kaizen_server_extension.tools.metrics import ToolMetrics
-from kaizen_server_extension.tools.openapi_sources import OpenApiSources
 from kaizen_server_extension.tools.pipeline import ToolPipeline
 from kaizen_server_extension.tools.ports import CallFactsView, CallScope
 from kaizen_server_extension.tools.registry import ToolRegistry
@@ -76,6 +75,9 @@ from kaizen_server_extension.tools.types import (
     RegisteredTool,
     ToolDescriptor,
 )
+
+if TYPE_CHECKING:  # loaded only when the feature is on (app.py)
+    from kaizen_server_extension.tools.openapi_sources import OpenApiSources
 
 log = logging.getLogger("kaizen.tools")
 

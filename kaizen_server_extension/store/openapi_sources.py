@@ -23,6 +23,8 @@ from kaizen_server_extension.store.core import utcnow
 from kaizen_server_extension.store.store import Store
 
 MAX_SOURCES = m.MAX_OPENAPI_SOURCES_PER_MEMBER
+#: The longest schema URL or API base (the columns' width).
+MAX_URL_CHARS = 2048
 
 
 class SourceNotFound(NotFound):

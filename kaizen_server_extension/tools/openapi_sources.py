@@ -41,6 +41,7 @@ from urllib.parse import quote, urlsplit
 from kaizen_server_extension.protocol.errors import MemberSafeError, SchemaViolation
 from kaizen_server_extension.protocol.tools import Capability, WriteCategory
 from kaizen_server_extension.store.openapi_sources import (
+    MAX_URL_CHARS,
     OpenApiSourceStore,
     SourceNotFound,
     SourceRecord,
@@ -78,7 +79,6 @@ SEPARATOR = "__"
 SOURCE_ID_RE = re.compile(r"^s[0-9a-f]{10}$")
 OPERATION_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_NAME_CHARS = 64
-MAX_URL_CHARS = 2048
 #: Bytes of a response read from a source, and characters of its text carried on.
 MAX_RESPONSE_BYTES = 1024 * 1024
 MAX_RESULT_CHARS = 64 * 1024
@@ -441,6 +441,6 @@ def result_body(source_id: str, operation: CompiledOperation,
     return body
 
 
-__all__ = ["FAMILY", "OpenApiSources", "SourceCallFailed", "SourceUnavailable",
+__all__ = ["FAMILY", "MAX_URL_CHARS", "OpenApiSources", "SourceCallFailed", "SourceUnavailable",
            "ancestors_of", "build_request", "checked_url", "descriptor_for", "parse_name",
            "result_body", "source_selector", "tool_name"]

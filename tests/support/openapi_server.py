@@ -55,7 +55,7 @@ class ServiceState:
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+    def log_message(self, format: str, *args: Any) -> None:
         return
 
     def _answer(self, status: int, body: bytes = b"", content_type: str = "application/json",
