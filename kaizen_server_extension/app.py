@@ -302,7 +302,8 @@ class KaizenApp(ExtensionApp):
             registry = ToolRegistry.from_plugin_manager(
                 plugins.pm, plugins.first_party,
                 withheld_surfaces=withheld_surfaces(
-                    library_enabled=settings.KAIZEN_LIBRARY_ENABLED))
+                    library_enabled=settings.KAIZEN_LIBRARY_ENABLED,
+                    openapi_sources_enabled=settings.KAIZEN_OPENAPI_SOURCES_ENABLED))
         except ToolRegistrationError as exc:
             self._refuse_to_start(f"A tool plugin was refused: {exc}")
         guardrails = GuardrailChain.from_registrations(

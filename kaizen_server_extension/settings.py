@@ -35,6 +35,10 @@ MAX_CORRECTION_PATTERN_CHARS = 200
 MAX_CORRECTION_REMINDER_CHARS = 1000
 #: The tool surface the Library's tools declare; ``KAIZEN_LIBRARY_ENABLED`` exposes it (R-140).
 LIBRARY_SURFACE = "library"
+#: The surface of manage_openapi_sources; ``KAIZEN_OPENAPI_SOURCES_ENABLED`` exposes it (R-378).
+OPENAPI_SOURCES_SURFACE = "openapi_sources"
+#: ``ctx.services`` name under which the tool backend hands that tool the member's sources.
+OPENAPI_SOURCES_SERVICE = "openapi_sources"
 JAIL_MODES = ("auto", "off", "required")
 #: One artifact version's bound, which a file read from the Jupyter tree becomes.
 MAX_JUPYTER_FILE_BYTES = 25 * 1024 * 1024
@@ -64,9 +68,16 @@ class SettingsError(ValueError):
     """A setting is out of bounds; the message names it and is safe to print."""
 
 
-def withheld_surfaces(*, library_enabled: bool) -> frozenset[str]:
-    """The tool surfaces this deployment does not expose, from its feature flags (R-140)."""
-    return frozenset() if library_enabled else frozenset({LIBRARY_SURFACE})
+def withheld_surfaces(*, library_enabled: bool,
+                      openapi_sources_enabled: bool = False) -> frozenset[str]:
+    """The tool surfaces this deployment does not expose, from its feature flags (R-140,
+    R-378)."""
+    withheld = set()
+    if not library_enabled:
+        withheld.add(LIBRARY_SURFACE)
+    if not openapi_sources_enabled:
+        withheld.add(OPENAPI_SOURCES_SURFACE)
+    return frozenset(withheld)
 
 
 def default_database_url(data_dir: Path) -> str:

@@ -49,6 +49,7 @@ from kaizen_server_extension.protocol.tools import (
     ToolOutcome,
 )
 from kaizen_server_extension.resources import NO_RESOURCES, AdmittedResources
+from kaizen_server_extension.settings import OPENAPI_SOURCES_SERVICE
 from kaizen_server_extension.store.documents import DocumentStore
 from kaizen_server_extension.store.hashline_state import StoredWorkspaceState
 from kaizen_server_extension.store.history import HistorySearch
@@ -502,11 +503,19 @@ class PipelineToolBackend:
             resources=tools.resources,
             # What the agent retrieves over, narrowing the member's access.
             knowledge_scope=tools.knowledge_scope,
+            extra=self._extra_services(tools))
+        return call
+
+    def _extra_services(self, tools: FrozenTools) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if self._mcp is not None and tools.sources:
             # The run's MCP sessions: a server is connected (a stdio one started) at its
             # first call of the run and reused until idle (docs/mcp.md).
-            extra={SESSIONS_SERVICE: RunSessions(self._mcp)} if self._mcp is not None
-            and tools.sources else {})
-        return call
+            extra[SESSIONS_SERVICE] = RunSessions(self._mcp)
+        if self._openapi is not None:
+            # The member's OpenAPI sources, for manage_openapi_sources.
+            extra[OPENAPI_SOURCES_SERVICE] = self._openapi
+        return extra
 
     async def _await_decision(self, approval_id: str, cancelled: asyncio.Event) -> str:
         while True:
