@@ -20,7 +20,7 @@ from kaizen_server_extension.store.openapi_sources import MAX_URL_CHARS
 if TYPE_CHECKING:  # the sources' modules load only when the feature is on
     from kaizen_server_extension.tools.openapi_sources import OpenApiSources
 
-Url = Annotated[str, Field(min_length=9, max_length=MAX_URL_CHARS, pattern="^https://")]
+Url = Annotated[str, Field(min_length=1, max_length=MAX_URL_CHARS)]
 
 
 class SourceRegistration(BaseModel):
