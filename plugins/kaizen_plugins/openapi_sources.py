@@ -4,7 +4,7 @@ OpenAPI sources (docs/openapi-sources.md, R-377).
 It exists only while ``KAIZEN_OPENAPI_SOURCES_ENABLED`` is on (its surface is withheld
 otherwise, R-378) and only for agents whose tool list names it. It is a write of the member's
 own store, so it reaches the shared approval gate under the member's permission mode like any
-other write; the member's REST routes and this tool apply exactly the same rules
+external effect; the member's REST routes and this tool apply exactly the same rules
 (``OpenApiSources.checked_urls``: uncredentialed HTTPS only, the egress ports and addresses,
 same origin; at most 100 sources). No argument names a member: the sources are the caller's.
 """
@@ -41,8 +41,10 @@ def _sources(ctx: ToolContext) -> Any:
     return sources
 
 
+# An external effect, not a member-store write: a source is network authority for the
+# member's later turns, so the change itself goes through the approval gate (R-377).
 @tool(name="manage_openapi_sources", capability=Capability.WRITE,
-      room_class=RoomClass.ACTOR_BOUND_WRITE, write_category=WriteCategory.MEMBER_STORE,
+      room_class=RoomClass.ACTOR_BOUND_WRITE, write_category=WriteCategory.EXTERNAL_EFFECT,
       surface=OPENAPI_SOURCES_SURFACE, timeout_s=15, explicit_grant_only=True)
 async def manage_openapi_sources(
     ctx: ToolContext,

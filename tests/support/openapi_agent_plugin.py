@@ -1,5 +1,6 @@
 """An operator plugin (KAIZEN_PLUGINS) for the OpenAPI source tests: an agent whose tool list
-grants the whole OpenAPI family (every source of the run's member) besides one built-in."""
+grants the whole OpenAPI family (every source of the run's member), the approval-gated
+manage_openapi_sources tool and one read built-in."""
 
 from __future__ import annotations
 
@@ -13,4 +14,4 @@ OPENAPI_AGENT = "api-user"
 def kaizen_register_agents(register: Registrar) -> None:
     register({"agent_id": OPENAPI_AGENT, "name": "API user", "mode": "chat",
               "persona": "You use the API tools you are given.",
-              "tool_ceiling": ["list_available_agents", "openapi"]})
+              "tool_ceiling": ["list_available_agents", "openapi", "manage_openapi_sources"]})

@@ -75,4 +75,6 @@ def test_a_stored_source_gives_no_tool_and_no_request(off: Off) -> None:
                for t in body.get("tools") or []}
     assert "list_available_agents" in offered  # the agent's built-in is there
     assert not [n for n in offered if n.startswith("openapi__")]
+    # The management tool does not exist either, though the agent names it.
+    assert "manage_openapi_sources" not in offered
     assert source_id and off.service.received() == []

@@ -560,3 +560,47 @@ def test_the_routes_are_in_the_openapi_document(world: World, alice: httpx.Clien
     paths = alice.get("openapi.json").json()["paths"]
     assert {"/kaizen/api/openapi-sources", "/kaizen/api/openapi-sources/{source_id}",
             "/kaizen/api/openapi-sources/{source_id}/operations"} <= set(paths)
+
+
+# --- the management tool ---------------------------------------------------------------------
+
+
+@pytest.mark.rule("R-377")
+def test_the_management_tool_changes_sources_only_when_approved(
+        world: World, alice: httpx.Client) -> None:
+    url = world.service.url("/other.yaml")
+    world.script(
+        {"match": "add that api", "responses": [
+            _call("manage_openapi_sources", {"action": "create", "schema_url": url}),
+            {"text": "Added."}]},
+        {"match": "add a plain http api", "responses": [
+            _call("manage_openapi_sources", {"action": "create",
+                                             "schema_url": "http://127.0.0.1/x.json"}),
+            {"text": "Tried."}]})
+    room = _room(alice)
+    accepted = _send(alice, room, "add that api")
+    approval = _pending_approval(alice, accepted["run_id"])
+    assert approval["tool"] == "manage_openapi_sources" and approval["capability"] == "write"
+    assert alice.get(SOURCES).json() == []  # nothing before the member decides
+    assert alice.post(f"approvals/{approval['id']}",
+                      json={"decision": "deny"}).status_code == 200
+    _settled(alice, accepted["run_id"], timeout=120)
+    assert alice.get(SOURCES).json() == []
+
+    accepted = _send(alice, room, "add that api")
+    approval = _pending_approval(alice, accepted["run_id"])
+    assert alice.post(f"approvals/{approval['id']}",
+                      json={"decision": "approve"}).status_code == 200
+    assert _settled(alice, accepted["run_id"], timeout=120)["status"] == "completed"
+    [source] = alice.get(SOURCES).json()
+    assert source["schema_url"] == url and source["owner"] == "alice"
+
+    # The tool applies the REST rules: an http:// URL is refused, even once approved.
+    accepted = _send(alice, room, "add a plain http api")
+    approval = _pending_approval(alice, accepted["run_id"])
+    assert alice.post(f"approvals/{approval['id']}",
+                      json={"decision": "approve"}).status_code == 200
+    _settled(alice, accepted["run_id"], timeout=120)
+    [settled] = _settled_calls(alice, room, accepted["run_id"])
+    assert settled["outcome"] != "ok" and "https://" in settled["content"], settled
+    assert len(alice.get(SOURCES).json()) == 1
