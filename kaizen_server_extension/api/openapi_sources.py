@@ -14,6 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from tornado import web
 
 from kaizen_server_extension.api.base import KaizenHandler
+from kaizen_server_extension.api.openapi_parts import (
+    answer,
+    error_answers,
+    operation,
+    path_param,
+    ref,
+)
 from kaizen_server_extension.protocol.errors import MemberError
 from kaizen_server_extension.store.openapi_sources import MAX_URL_CHARS
 
@@ -119,58 +126,52 @@ def openapi_source_routes(prefix: str,
             (rf"{base}/({source_id})/operations", SourceOperationsHandler)]
 
 
+_ERROR_TEXT = {
+    401: "Not authenticated",
+    404: "No such source of yours",
+    409: "source_limit_reached: the member has 100 sources",
+    422: "Schema violation; https_required, credentialed_url (user information or a query), "
+         "invalid_url, cross_origin_refused, egress_port_refused or egress_address_refused",
+    502: "The document could not be fetched or is not a usable OpenAPI document "
+         "(openapi_schema_unavailable, schema_too_large, not_openapi, schema_unreadable)",
+}
+
+
 def openapi_sources_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
     """(paths, component schemas) for ``api/openapi.py``."""
-    json = "application/json"
-    error = {"content": {json: {"schema": {"$ref": "#/components/schemas/Error"}}}}
-    source = {"$ref": "#/components/schemas/OpenApiSource"}
-    body = {"required": True, "content": {json: {
-        "schema": {"$ref": "#/components/schemas/SourceRegistration"}}}}
-    source_id = {"name": "source_id", "in": "path", "required": True,
-                 "schema": {"type": "string"}}
-    refused = {"description": "Schema violation; https_required, credentialed_url (user "
-                              "information or a query), invalid_url, cross_origin_refused, "
-                              "egress_port_refused or egress_address_refused", **error}
+    source = ref("OpenApiSource")
+    source_id = path_param("source_id")
+    base = "/kaizen/api/openapi-sources"
     paths = {
-        "/kaizen/api/openapi-sources": {
-            "get": {"summary": "The caller's external OpenAPI sources",
-                    "operationId": "listOpenApiSources",
-                    "responses": {"200": {"description": "Sources", "content": {json: {
-                        "schema": {"type": "array", "items": source}}}}}},
-            "post": {"summary": "Register an uncredentialed HTTPS OpenAPI document as a "
-                                "source of tools (at most 100 per member)",
-                     "operationId": "createOpenApiSource", "requestBody": body,
-                     "responses": {"201": {"description": "Registered",
-                                           "content": {json: {"schema": source}}},
-                                   "409": {"description": "source_limit_reached: the member "
-                                                          "has 100 sources", **error},
-                                   "422": refused}}},
-        "/kaizen/api/openapi-sources/{source_id}": {
-            "get": {"summary": "One of the caller's sources",
-                    "operationId": "getOpenApiSource", "parameters": [source_id],
-                    "responses": {"200": {"description": "The source",
-                                          "content": {json: {"schema": source}}}}},
-            "put": {"summary": "Change one of the caller's sources (the whole pointer); a turn "
-                               "already running refuses its calls of the old one",
-                    "operationId": "updateOpenApiSource", "parameters": [source_id],
-                    "requestBody": body,
-                    "responses": {"200": {"description": "The source now",
-                                          "content": {json: {"schema": source}}},
-                                  "422": refused}},
-            "delete": {"summary": "Delete one of the caller's sources",
-                       "operationId": "deleteOpenApiSource", "parameters": [source_id],
-                       "responses": {"204": {"description": "Deleted"}}},
+        base: {
+            "get": operation("The caller's external OpenAPI sources", "listOpenApiSources",
+                             answer("Sources", {"type": "array", "items": source})),
+            "post": operation(
+                "Register an uncredentialed HTTPS OpenAPI document as a source of tools (at "
+                "most 100 per member)", "createOpenApiSource",
+                {**answer("Registered", source, 201), **error_answers(_ERROR_TEXT, 409, 422)},
+                body_schema="SourceRegistration"),
         },
-        "/kaizen/api/openapi-sources/{source_id}/operations": {"get": {
-            "summary": "What the source's document compiles into now: callable operations "
-                       "with their tool names and effect classes, and what was omitted",
-            "operationId": "listOpenApiSourceOperations", "parameters": [source_id],
-            "responses": {
-                "200": {"description": "Operations", "content": {json: {
-                    "schema": {"$ref": "#/components/schemas/OpenApiSourceOperations"}}}},
-                "502": {"description": "The document could not be fetched or is not a usable "
-                                       "OpenAPI document (schema_too_large, not_openapi, …)",
-                        **error}}}},
+        f"{base}/{{source_id}}": {
+            "get": operation("One of the caller's sources", "getOpenApiSource",
+                             {**answer("The source", source), **error_answers(_ERROR_TEXT, 404)},
+                             params=[source_id]),
+            "put": operation(
+                "Change one of the caller's sources (the whole pointer); a turn already running "
+                "refuses its calls of the old one", "updateOpenApiSource",
+                {**answer("The source now", source), **error_answers(_ERROR_TEXT, 404, 422)},
+                params=[source_id], body_schema="SourceRegistration"),
+            "delete": operation("Delete one of the caller's sources", "deleteOpenApiSource",
+                                {"204": {"description": "Deleted"},
+                                 **error_answers(_ERROR_TEXT, 404)},
+                                params=[source_id]),
+        },
+        f"{base}/{{source_id}}/operations": {"get": operation(
+            "What the source's document compiles into now: callable operations with their "
+            "tool names and effect classes, and what was omitted", "listOpenApiSourceOperations",
+            {**answer("Operations", ref("OpenApiSourceOperations")),
+             **error_answers(_ERROR_TEXT, 404, 502)},
+            params=[source_id])},
     }
     string = {"type": "string"}
     components = {

@@ -71,8 +71,7 @@ def test_a_stored_source_gives_no_tool_and_no_request(off: Off) -> None:
         room = alice.post("conversations", json={"agent_id": OPENAPI_AGENT}).json()["id"]
         run = _settled(alice, _send(alice, room, "hello there")["run_id"], timeout=120)
         assert run["status"] == "completed", run
-    offered = {t["function"]["name"] for body in off.fake.requests()
-               for t in body.get("tools") or []}
+    offered = off.fake.offered("hello there")
     assert "list_available_agents" in offered  # the agent's built-in is there
     assert not [n for n in offered if n.startswith("openapi__")]
     # The management tool does not exist either, though the agent names it.
