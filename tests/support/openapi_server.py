@@ -123,6 +123,10 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/api/huge":
             self._answer(200, b"x" * (2 * 1024 * 1024), "text/plain")
             return
+        if path == "/api/drop":
+            # The request arrived; the connection ends without an answer (outcome unknown).
+            self.close_connection = True
+            return
         if path == "/api/broken":
             self._json(500, {"error": "internal detail that should stay bounded"})
             return
@@ -212,6 +216,8 @@ def items_document(**extra_paths: Any) -> dict[str, Any]:
             "/api/headers": {"get": {"operationId": "showHeaders"}},
             "/api/huge": {"get": {"operationId": "hugeText"}},
             "/api/broken": {"get": {"operationId": "brokenRead"}},
+            "/api/drop": {"get": {"operationId": "dropRead"},
+                          "post": {"operationId": "dropWrite"}},
             "/api/login": {"post": {
                 "operationId": "login",
                 "requestBody": {"content": {"application/json": {"schema": {

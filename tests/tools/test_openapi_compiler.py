@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import json
+import sys
+import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kaizen_server_extension.protocol.tools import Capability
+from kaizen_server_extension.tools.egress import Egress, EgressPolicy
 from kaizen_server_extension.tools.openapi_compiler import (
     MAX_OPERATIONS,
     CompiledDocument,
     DocumentRejected,
     compile_document,
 )
+from kaizen_server_extension.tools.openapi_schema_cache import SchemaCache
 from kaizen_server_extension.tools.openapi_sources import build_request
 from tests.support.openapi_server import (
+    OpenApiService,
     items_document,
     many_operations_document,
     oversized_document,
@@ -64,7 +70,8 @@ def test_operations_that_cannot_be_compiled_exactly_are_omitted_alone() -> None:
     names = {op.operation_id for op in document.operations}
     reasons = dict(document.omitted)
     assert names == {"getItem", "deleteItem", "createItem", "searchItems", "lookupItems",
-                     "followMe", "showHeaders", "hugeText", "brokenRead"}
+                     "followMe", "showHeaders", "hugeText", "brokenRead", "dropRead",
+                     "dropWrite"}
     assert "credential" in reasons["POST /api/login"]                 # R-347
     assert reasons["GET /api/private"] == "requires authentication"
     assert "header parameter" in reasons["GET /api/needs-header"]     # never model-supplied
@@ -97,6 +104,34 @@ def test_a_recursive_schema_is_omitted_and_its_siblings_stay() -> None:
     compiled = _compiled(document)
     assert [op.operation_id for op in compiled.operations] == ["fine"]
     assert dict(compiled.omitted)["POST /a"] == "input schema: input schema is recursive"
+
+
+@pytest.mark.rule("R-332")
+async def test_parsing_and_compiling_run_off_the_event_loop(tmp_path: Path) -> None:
+    """The cache compiles a fetched document in a worker thread: the loop's own thread never
+    runs the compiler (observed with a profile hook on every thread, not by replacing it)."""
+    threads: set[int] = set()
+    code = compile_document.__code__
+
+    def profile(frame: Any, event: str, _arg: Any) -> None:
+        if event == "call" and frame.f_code is code:
+            threads.add(threading.get_ident())
+
+    with OpenApiService(tmp_path) as service:
+        service.serve("/openapi.json", items_document())
+        egress = Egress(EgressPolicy.build(("127.0.0.1/32",), (service.port,),
+                                           ca_file=str(service.ca_file)))
+        sys.setprofile(profile)
+        threading.setprofile(profile)
+        try:
+            document = await SchemaCache(egress, fresh_s=60, stale_s=0).get(
+                service.url("/openapi.json"))
+        finally:
+            sys.setprofile(None)
+            threading.setprofile(None)  # type: ignore[arg-type]
+            await egress.aclose()
+    assert document.operations
+    assert threads and threading.get_ident() not in threads
 
 
 @pytest.mark.rule("R-401", "R-329")

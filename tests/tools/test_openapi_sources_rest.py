@@ -211,7 +211,8 @@ def test_the_operations_a_source_compiles_into(world: World, alice: httpx.Client
     effects = {op["operation_id"]: op["effect"] for op in body["operations"]}
     assert effects == {"getItem": "read", "deleteItem": "sensitive", "createItem": "write",
                        "searchItems": "read", "lookupItems": "write", "followMe": "read",
-                       "showHeaders": "read", "hugeText": "read", "brokenRead": "read"}
+                       "showHeaders": "read", "hugeText": "read", "brokenRead": "read",
+                       "dropRead": "read", "dropWrite": "write"}
     assert {op["tool"] for op in body["operations"]} == {_tool(source, o) for o in effects}
     omitted = {o["where"] for o in body["omitted"]}
     assert {"POST /api/login", "GET /api/private", "GET /api/needs-header",
@@ -236,7 +237,8 @@ def test_discovery_offers_each_operation_under_its_source_name(
     offered = {n for n in world.offered("just say hi") if n.startswith("openapi__")}
     assert offered == {_tool(source, op) for op in (
         "getItem", "deleteItem", "createItem", "searchItems", "lookupItems", "followMe",
-        "showHeaders", "hugeText", "brokenRead")} | {_tool(other, "ping")}
+        "showHeaders", "hugeText", "brokenRead", "dropRead", "dropWrite")} | {
+            _tool(other, "ping")}
     # An agent that does not grant the family is offered none; nor is bob, whose sources
     # these are not.
     _run(alice, _room(alice, agent="general"), "hi from general")
@@ -377,6 +379,31 @@ def test_results_are_bounded_and_an_error_status_is_a_failed_call(
     huge, broken = _settled_calls(alice, room, run_id)
     assert huge["outcome"] == "ok" and len(huge["content"]) <= 20_000
     assert broken["outcome"] != "ok" and "500" in broken["content"]
+
+
+@pytest.mark.rule("R-399")
+def test_a_transport_failure_is_a_bounded_error_for_a_read_and_unknown_for_a_write(
+        world: World, alice: httpx.Client) -> None:
+    source = _register(alice, world.service.url("/openapi.json"))
+    world.script(
+        {"match": "dropped read", "responses": [_call(_tool(source, "dropRead")),
+                                                {"text": "Tried."}]},
+        {"match": "dropped write", "responses": [_call(_tool(source, "dropWrite")),
+                                                 {"text": "Tried."}]})
+    room = _room(alice)
+    run_id, _ = _run(alice, room, "dropped read")
+    [read] = _settled_calls(alice, room, run_id)
+    assert read["outcome"] == "error" and "did not complete" in read["content"], read
+    assert str(world.service.port) not in read["content"]
+    accepted = _send(alice, room, "dropped write")
+    approval = _pending_approval(alice, accepted["run_id"])
+    assert alice.post(f"approvals/{approval['id']}",
+                      json={"decision": "approve"}).status_code == 200
+    _settled(alice, accepted["run_id"], timeout=120)
+    [write] = _settled_calls(alice, room, accepted["run_id"])
+    assert write["outcome"] == "raised" and "unknown" in write["content"].lower(), write
+    # Sent once each: an uncertain delivery is never retried automatically.
+    assert [r.method for r in world.service.received("/api/drop")] == ["GET", "POST"]
 
 
 @pytest.mark.rule("R-400", "R-316")
