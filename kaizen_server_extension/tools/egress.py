@@ -178,6 +178,7 @@ class Egress:
     def __init__(self, policy: EgressPolicy) -> None:
         self._policy = policy
         self._clients: OrderedDict[tuple[str, int, str], httpx.AsyncClient] = OrderedDict()
+        self._closing: set[asyncio.Task[None]] = set()
         self._ssl = self._ssl_context(policy.ca_file)
 
     @property
@@ -235,7 +236,9 @@ class Egress:
         self._clients[key] = client
         while len(self._clients) > MAX_CLIENTS:
             _, old = self._clients.popitem(last=False)
-            asyncio.get_running_loop().create_task(old.aclose())
+            closing = asyncio.get_running_loop().create_task(old.aclose())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
         return client
 
     async def send(self, origin: Origin, request: OutgoingRequest, *, max_bytes: int,

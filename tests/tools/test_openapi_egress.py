@@ -67,6 +67,21 @@ async def test_a_request_reaches_the_origin_with_fixed_headers_only(
 
 
 @pytest.mark.rule("R-381")
+async def test_a_host_name_is_resolved_pinned_and_still_verified_by_name(
+        service: OpenApiService) -> None:
+    egress = _egress(service)
+    try:
+        response = await egress.send(Origin("localhost", service.port),
+                                     OutgoingRequest("GET", "/api/items/8"), max_bytes=4096)
+    finally:
+        await egress.aclose()
+    assert response.status == 200
+    # Sent to the pinned address, yet named as registered (Host and the TLS name).
+    [received] = service.received("/api/items/8")
+    assert received.headers["host"] == f"localhost:{service.port}"
+
+
+@pytest.mark.rule("R-381")
 @pytest.mark.parametrize(("networks", "host"), [
     ((), "127.0.0.1"),             # loopback is protected unless a listed network holds it
     (("10.0.0.0/8",), "127.0.0.1"),

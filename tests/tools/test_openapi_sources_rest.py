@@ -277,6 +277,16 @@ def test_a_read_runs_on_the_registered_origin_with_fixed_headers(
                                      "connection"}
     assert "alice" not in json.dumps(received.headers)
     assert world.elsewhere.received() == []
+    # The same audit row as any tool call.
+
+    async def audited(store: Store) -> list[dict[str, Any]]:
+        async with store.transaction() as tx:
+            return [dict(r) for r in (await tx.session.execute(
+                select(m.AuditEvent.data).where(m.AuditEvent.run_id == run_id,
+                                                m.AuditEvent.action == "tool.call"))
+            ).scalars().all()]
+    [row] = with_server_store(world.server, audited)
+    assert row["tool"] == name and row["outcome"] == "ok"
 
 
 @pytest.mark.rule("R-343")
