@@ -1,7 +1,7 @@
 """openapi_sources: members' external OpenAPI sources, pointers only
 
 Revision ID: 0017
-Revises: 0014
+Revises: 0019
 Create Date: 2026-12-04
 
 One row per source: id, owner, schema URL, API base, cross-origin consent, enabled — never a
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0017"
-down_revision = "0014"
+down_revision = "0019"
 branch_labels = None
 depends_on = None
 
