@@ -40,6 +40,8 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "kaizen_plugins.about",
     # Delegation to another agent within the run's authority.
     "kaizen_plugins.delegation",
+    # The member's external OpenAPI sources, approval-gated (withheld unless enabled, R-377).
+    "kaizen_plugins.openapi_sources",
 )
 
 BUILTIN_TOOLS: Mapping[str, str] = MappingProxyType(
@@ -71,6 +73,7 @@ BUILTIN_TOOLS: Mapping[str, str] = MappingProxyType(
         "request_document": "kaizen_plugins.retrieval",
         "search_about": "kaizen_plugins.about",
         "invoke_agent": "kaizen_plugins.delegation",
+        "manage_openapi_sources": "kaizen_plugins.openapi_sources",
     }
 )
 
