@@ -287,6 +287,10 @@ def openapi_document(*, library: bool = True,
                     "what the model wrote (R-103; docs/retrieval.md)."},
                 "replaced_chars": {"type": "integer", "description": "With grounding: the "
                                    "length of the model's text that was not published."},
+                "sources_listed": {
+                    "type": "integer", "description": "A Search agent's supported answer "
+                    "cited none of its retrieved passages, so the backend listed this many of "
+                    "them under it as 'Sources:' (R-071; docs/retrieval.md)."},
                 "text_escaped": _TEXT_ESCAPED}},
         "ProtocolFailedData": {
             "type": "object",

@@ -23,10 +23,16 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from kaizen_server_extension.host.store_ports import HeldCallAudit
-from kaizen_server_extension.policy.citations import check_citations, evidence_references
+from kaizen_server_extension.policy.citations import (
+    check_citations,
+    evidence_references,
+    retrieved_sources,
+    with_sources,
+)
 from kaizen_server_extension.policy.grounding import (
     NO_SUPPORT_ANSWER,
     NO_SUPPORT_REASON,
+    SEARCH_MODE,
     Retrieved,
     unsupported_answer,
 )
@@ -317,13 +323,19 @@ class RunHost:
                             "policy's no-support statement", run_id)
                 notes.update(grounding=NO_SUPPORT_REASON, replaced_chars=len(text))
             return NO_SUPPORT_ANSWER, notes
-        checked = check_citations(text, evidence_references(
-            (r.name, r.content) for r in self._settled if not r.failed))
+        succeeded = [(r.name, r.content) for r in self._settled if not r.failed]
+        checked = check_citations(text, evidence_references(succeeded))
         if checked.removed:
             log.warning("run %s: removed %d citation(s) not among this turn's evidence",
                         run_id, len(checked.removed))
             notes["citations_removed"] = len(checked.removed)
-        return checked.text, notes
+        if self._mode != SEARCH_MODE:
+            return checked.text, notes
+        # A Search answer points at what it rests on, cited by the model or else listed here.
+        answer, listed = with_sources(checked.text, retrieved_sources(succeeded))
+        if listed:
+            notes["sources_listed"] = listed
+        return answer, notes
 
     def _unsupported(self) -> bool:
         """Whether this turn is grounded and, with what it has settled so far, unsupported

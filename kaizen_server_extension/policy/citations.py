@@ -9,6 +9,10 @@ journaled. A reference the
 turn's evidence does not hold — made up, remembered from another turn, or planted — is removed
 from the published answer (its link text stays, marked), so a member never sees a citation
 the backend could not trace to a retrieved source.
+
+A Search-mode answer that rests on retrieved passages but cites none of them gets the
+backend's list of what it retrieved (:func:`with_sources`): the answer always points at its
+sources, whichever model wrote it (a small one seldom copies a citation).
 """
 
 from __future__ import annotations
@@ -87,3 +91,61 @@ def check_citations(answer: str, evidence: frozenset[str]) -> CitationCheck:
 
     text = _LINK.sub(replace, answer)
     return CitationCheck(text, tuple(verified), tuple(removed))
+
+
+#: At most this many sources are listed under an answer that cited none.
+MAX_LISTED_SOURCES = 3
+
+
+def retrieved_sources(results: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(label, citation) of the passages this turn's citing tools retrieved, in the order the
+    tools ranked them, one per document version or conversation."""
+    sources: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for name, content in results:
+        if name not in CITING_TOOLS:
+            continue
+        try:
+            body = json.loads(content)
+        except ValueError:
+            continue
+        for item in _cited_items(body):
+            citation = item["citation"]
+            references = REFERENCE.findall(citation)
+            if len(references) != 1:
+                continue
+            source = references[0].partition("#")[0]
+            if source in seen:
+                continue
+            seen.add(source)
+            # The tool's own Markdown citation names its source best ("[t, v1, lines 1-2](…)").
+            linked = _LINK.fullmatch(citation.strip())
+            if linked and linked.group(1):
+                label = linked.group(1)
+            else:
+                title = str(item.get("title") or "source").strip()[:120]
+                locator = str(item.get("locator") or "").strip()[:80]
+                label = f"{title} ({locator})" if locator else title
+            sources.append((label, references[0]))
+    return sources
+
+
+def _cited_items(value: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(value, dict):
+        if isinstance(value.get("citation"), str):
+            yield value
+        for item in value.values():
+            yield from _cited_items(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _cited_items(item)
+
+
+def with_sources(answer: str, sources: list[tuple[str, str]]) -> tuple[str, int]:
+    """``answer`` and, when it cites nothing, the list of up to ``MAX_LISTED_SOURCES``
+    retrieved ``sources`` under it; with how many were listed."""
+    if not sources or REFERENCE.search(answer):
+        return answer, 0
+    listed = sources[:MAX_LISTED_SOURCES]
+    links = "; ".join(f"[{label.replace(']', ')')}]({citation})" for label, citation in listed)
+    return f"{answer.rstrip()}\n\nSources: {links}", len(listed)

@@ -109,10 +109,14 @@ def found_support(results: Iterable[Retrieved]) -> bool:
     return False
 
 
+#: The agent mode whose every answer must rest on retrieved evidence.
+SEARCH_MODE = "search"
+
+
 def grounded_turn(mode: str, results: Iterable[Retrieved]) -> bool:
     """Whether the turn's answer must rest on retrieved evidence: a Search agent's, or any
     turn that called a retrieval tool."""
-    return mode == "search" or any(r.name in RETRIEVAL_TOOLS for r in results)
+    return mode == SEARCH_MODE or any(r.name in RETRIEVAL_TOOLS for r in results)
 
 
 def unsupported_answer(mode: str, results: Iterable[Retrieved], *,

@@ -117,6 +117,22 @@ def test_a_supported_answer_and_an_ordinary_chat_answer_are_published_as_written
     assert chatted["text"] == "Hello there, how can I help?" and "grounding" not in chatted
 
 
+@pytest.mark.rule("R-071")
+def test_a_supported_search_answer_that_cites_nothing_lists_what_it_retrieved(
+        served: tuple[ServerProcess, FakeOpenAI]) -> None:
+    server, fake = served
+    with server.client("alice") as alice:
+        hit = alice.get("document-search", params={"q": "heron"}).json()["hits"][0]
+        fake.load([{"match": "nests at Marsh End", "responses": [
+            _search("heron nests"), {"text": "Marsh End has 42 heron nests."}]}])
+        answer = _answer(alice, "search", "how many nests at Marsh End?")
+        assert answer["text"] == f"Marsh End has 42 heron nests.\n\nSources: {hit['citation']}"
+        assert answer["sources_listed"] == 1
+        # The listed source is a link the member can open: the passage it names.
+        version = alice.get(f"documents/{hit['document_id']}/versions/{hit['version']}")
+        assert version.status_code == 200 and "42 nests" in version.json()["text"]
+
+
 def _live_answer(server: ServerProcess, agent_id: str, text: str) -> list[dict[str, Any]]:
     """The frames an events websocket sees of one turn, up to its terminal."""
     with server.client("alice") as alice:
