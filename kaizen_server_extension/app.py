@@ -220,7 +220,8 @@ class KaizenApp(ExtensionApp):
     def initialize_handlers(self) -> None:
         from kaizen_server_extension.api import handlers
 
-        self.handlers.extend(handlers.routes(library=self.kaizen.library_enabled))
+        self.handlers.extend(handlers.routes(library=self.kaizen.library_enabled,
+                                             credentials=self.kaizen.credentials is not None))
         if self.kaizen.settings.KAIZEN_MCP_SERVE_ENABLED:
             # Off, the path does not exist (docs/mcp.md, "Kaizen as an MCP server").
             from kaizen_server_extension.api.mcp_endpoint import mcp_endpoint_routes
@@ -312,6 +313,7 @@ class KaizenApp(ExtensionApp):
         )
         if settings.KAIZEN_MCP_SERVERS:
             tools.attach_mcp(self._mcp_sources(settings))
+        credentials = self._credentials(store, settings, tools)
         gateway, model, profile = self._model_gateway(settings, plugins)
         lanes = LaneService(
             store=store,
@@ -335,7 +337,26 @@ class KaizenApp(ExtensionApp):
         tools.attach_tasks(TaskTools(TaskStore(store, check_prompt=tools.check_task_prompt),
                                      lanes.wake))
         return KaizenContext(store=store, settings=settings, bus=bus, lanes=lanes, tools=tools,
-                             model=model, scheduler=scheduler)
+                             model=model, scheduler=scheduler, credentials=credentials)
+
+    def _credentials(self, store: Store, settings: KaizenSettings, tools: Any) -> Any:
+        """The credential quarantine when KAIZEN_CREDENTIALS_ENABLED is on (docs/credentials.md):
+        a bad key or destination stops start-up naming it, never showing the key."""
+        if not settings.KAIZEN_CREDENTIALS_ENABLED:
+            return None
+        from kaizen_server_extension.credentials.crypto import CredentialKeyInvalid
+        from kaizen_server_extension.credentials.destinations import DestinationInvalid
+        from kaizen_server_extension.credentials.service import CredentialService
+
+        try:
+            service = CredentialService.from_settings(store, settings,
+                                                      tools.permissions.allowed)
+        except CredentialKeyInvalid as exc:
+            self._refuse_to_start(f"Invalid setting {exc}")
+        except DestinationInvalid as exc:
+            self._refuse_to_start(f"Invalid setting KAIZEN_CREDENTIAL_DESTINATIONS: {exc}")
+        tools.attach_credentials(service)
+        return service
 
     def _mcp_sources(self, settings: KaizenSettings) -> Any:
         """The administrator-enabled MCP servers (docs/mcp.md). The ``mcp`` SDK is needed only

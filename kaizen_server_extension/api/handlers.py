@@ -227,7 +227,8 @@ class MeHandler(KaizenHandler):
 class OpenAPIHandler(KaizenHandler):
     @web.authenticated
     async def get(self) -> None:
-        self.write_json(openapi_document(library=self.kaizen.library_enabled))
+        self.write_json(openapi_document(library=self.kaizen.library_enabled,
+                                         credentials=self.kaizen.credentials is not None))
 
 
 def _settings(member: MemberRecord, handler: KaizenHandler) -> dict[str, Any]:
@@ -239,7 +240,8 @@ def _settings(member: MemberRecord, handler: KaizenHandler) -> dict[str, Any]:
 PREFIX = r"/kaizen/api"
 
 
-def routes(*, library: bool = True) -> list[tuple[str, type[web.RequestHandler]]]:
+def routes(*, library: bool = True,
+           credentials: bool = False) -> list[tuple[str, type[web.RequestHandler]]]:
     """Every REST route; the Library's only when ``library`` (KAIZEN_LIBRARY_ENABLED) is on,
     so with it off those paths are unknown to the server, not refused by it (R-140)."""
     return [
@@ -280,8 +282,16 @@ def routes(*, library: bool = True) -> list[tuple[str, type[web.RequestHandler]]
         *tool_grant_routes(PREFIX, ID),
         # The caller's durable tasks: run now, safe test, cadence (docs/tasks.md).
         *task_routes(PREFIX),
+        # Credential forms, references and receipts, only when credentials are enabled.
+        *(_credential_routes() if credentials else ()),
         # Admin only (404 to everyone else): the tool policies read on every tool call.
         *admin_routes(PREFIX),
         # Last: any other path under the API is the usual JSON 404, not Jupyter's HTML page.
         (rf"{PREFIX}(?:/.*)?", UnknownPathHandler),
     ]
+
+
+def _credential_routes() -> list[tuple[str, type[web.RequestHandler]]]:
+    from kaizen_server_extension.api.credentials import credential_routes
+
+    return credential_routes(PREFIX)

@@ -119,7 +119,7 @@ def _model_schemas(*models: type[BaseModel]) -> dict[str, Any]:
 
 
 @cache
-def openapi_document(*, library: bool = True) -> dict[str, Any]:
+def openapi_document(*, library: bool = True, credentials: bool = False) -> dict[str, Any]:
     """The document of the routes this server serves: the Library's paths only when
     ``library`` (KAIZEN_LIBRARY_ENABLED) is on, as ``handlers.routes`` registers them (R-140)."""
     conv_id, run_id = _path_param("conversation_id"), _path_param("run_id")
@@ -544,6 +544,13 @@ def openapi_document(*, library: bool = True) -> dict[str, Any]:
     admin_paths, admin_components = admin_openapi()
     paths.update(admin_paths)
     components.update(admin_components)
+    if credentials:
+        # Only with KAIZEN_CREDENTIALS_ENABLED, as handlers.routes registers them.
+        from kaizen_server_extension.api.credentials import credentials_openapi
+
+        credential_paths, credential_components = credentials_openapi()
+        paths.update(credential_paths)
+        components.update(credential_components)
     _complete(paths)
     return {
         "openapi": "3.1.0",

@@ -177,8 +177,11 @@ def destination_from_settings(entry: Mapping[str, object]) -> Destination:
     """One validated ``KAIZEN_CREDENTIAL_DESTINATIONS`` entry as a destination."""
     scheme = entry.get("scheme") or {}
     assert isinstance(scheme, Mapping)
-    return Destination(id=str(entry["id"]), origin=origin_of(str(entry["origin"])),
-                       scheme=make_scheme(str(scheme.get("kind", "")),
-                                          str(scheme.get("name", "") or "")),
-                       label=str(entry.get("label", "") or ""),
-                       enabled=bool(entry.get("enabled", True)))
+    try:
+        return Destination(id=str(entry["id"]), origin=origin_of(str(entry["origin"])),
+                           scheme=make_scheme(str(scheme.get("kind", "")),
+                                              str(scheme.get("name", "") or "")),
+                           label=str(entry.get("label", "") or ""),
+                           enabled=bool(entry.get("enabled", True)))
+    except DestinationInvalid as exc:
+        raise DestinationInvalid(f"destination {str(entry.get('id'))[:32]!r}: {exc}") from None

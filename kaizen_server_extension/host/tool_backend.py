@@ -210,6 +210,8 @@ class PipelineToolBackend:
         self._registry = registry
         self._discovery = discovery_enabled
         self._mcp: McpSources | None = None
+        # The credential quarantine's port (docs/credentials.md); None: credentials are off.
+        self._credentials: Any = None
         self.permissions = StorePermissions(store, authorize, parent_of=self._parent_of)
         self._metrics = metrics
         self._guardrails = guardrails
@@ -240,6 +242,14 @@ class PipelineToolBackend:
     def mcp(self) -> McpSources | None:
         return self._mcp
 
+    def attach_credentials(self, service: Any) -> None:
+        """The credential broker's port for credential-backed tools (set at server start)."""
+        self._credentials = service
+
+    @property
+    def credentials(self) -> Any:
+        return self._credentials
+
     def _parent_of(self, tool: str) -> str | None:
         """The policy selector above ``tool`` (an MCP tool's server), else None."""
         return self._mcp.parent_of(tool) if self._mcp is not None else None
@@ -247,7 +257,9 @@ class PipelineToolBackend:
     def policy_name_known(self, name: str) -> bool:
         """Whether an admin tool policy may name ``name``: a registered tool, an enabled MCP
         server's selector (``mcp__<id>``), or a tool name under one."""
-        return name in self._registry or (self._mcp is not None and self._mcp.knows(name))
+        return (name in self._registry or (self._mcp is not None and self._mcp.knows(name))
+                or (self._credentials is not None
+                    and self._credentials.policy_name_known(name)))
 
     async def discover(self, *, agent: AgentRecord, member: str) -> Discovered:
         """The source tools this run may use, discovered now as ``member`` (docs/mcp.md).
@@ -433,6 +445,7 @@ class PipelineToolBackend:
             cancelled=cancelled,
             resources=self._resources,
             task_posture=self._task_posture,
+            credentials=self._credentials,
         )
 
         async def call(run_bundle: AuthorityBundle, request: ToolCallRequest,
