@@ -200,6 +200,17 @@ def test_a_credential_is_never_sent_to_another_origin(world: CredentialWorld) ->
     assert _request_receipts(world, ref) == []  # refused before any claim
 
 
+@pytest.mark.rule("R-380")
+def test_a_redirect_is_never_followed(world: CredentialWorld) -> None:
+    ref = world.enter("alice", SECRET)
+    sent = len(world.received())
+    turn = _turn(world, [("echo_elsewhere", {"credential_ref": ref,
+                                             "url": f"{world.origin}/redirect"})])
+    [settled] = turn.settled()
+    assert settled["outcome"] == "ok" and '"status": 302' in settled["content"]
+    assert [r["path"] for r in world.received()[sent:]] == ["/redirect"]
+
+
 @pytest.mark.rule("R-389")
 def test_a_destination_revoked_after_the_ref_was_made_refuses_the_call(
         world: CredentialWorld) -> None:

@@ -108,7 +108,7 @@ def test_remember_seals_the_value_and_only_the_member_can_forget_it(
         assert bob.delete(f"credentials/{ref}").status_code == 404
     with world.server.client("alice") as alice:
         mine = alice.get("credentials").json()["remembered"]
-        assert [c for c in mine if c["credential_ref"] == ref][0]["retention"] == "remember"
+        assert next(c for c in mine if c["credential_ref"] == ref)["retention"] == "remember"
         assert SECRET not in json.dumps(mine)
         assert alice.delete(f"credentials/{ref}").status_code == 200
     assert not [s for s in world.rows()["secrets"] if s["ref"] == ref]

@@ -136,6 +136,7 @@ class CredentialWorld:
 @contextlib.contextmanager
 def credential_world(backend: str, root: Path, *, remember: bool = True,
                      scripts: list[dict[str, Any]] | None = None) -> Iterator[CredentialWorld]:
+    root.mkdir(parents=True, exist_ok=True)
     api_log, note_log = root / "api.jsonl", root / "notes.jsonl"
     api, origin = start_api(api_log)
     key = new_key_text()

@@ -10,6 +10,7 @@ its one request through it. ``note_search`` takes no credential and records that
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from typing import Any
@@ -75,9 +76,13 @@ async def note_search(ctx: Any, query: str, url: str = "",
                       options: dict[str, Any] | None = None) -> dict[str, Any]:
     log = os.environ.get("KAIZEN_TEST_NOTE_LOG")
     if log:
-        with open(log, "a") as out:
-            out.write(json.dumps({"query": query}) + "\n")
+        await asyncio.to_thread(_append, log, json.dumps({"query": query}))
     return {"ran": True, "query": query}
+
+
+def _append(path: str, line: str) -> None:
+    with open(path, "a") as out:
+        out.write(line + "\n")
 
 
 CREDENTIAL_TOOLS = ("echo_whoami", "echo_create_order", "echo_hang_write", "echo_hang_read",

@@ -7,6 +7,7 @@ sent) to FILE, so a test can see what actually reached the destination and how m
 * ``GET /whoami``: 200, and echoes the credential it got back in several encodings (the echo
   guard must scrub every one before the model sees the result);
 * ``POST /orders``: 201 ``{"created": true}``;
+* ``GET /redirect``: 302 to ``/whoami`` (the broker must not follow it);
 * ``POST /hang`` and ``GET /hang``: reads the request, then closes the connection without an
   answer (delivery uncertain);
 * anything else: 404.
@@ -70,6 +71,11 @@ class Handler(BaseHTTPRequestHandler):
                 "note": f"server saw {secret} on this request"})
         elif path == "/hang":
             self._hang_up()
+        elif path == "/redirect":
+            self.send_response(302)
+            self.send_header("Location", "/whoami")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
         else:
             self._answer(404, {"error": "not found"})
 
