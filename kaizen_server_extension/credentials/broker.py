@@ -32,9 +32,9 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote, quote_plus
 
 import httpx
@@ -53,6 +53,7 @@ from kaizen_server_extension.store.credentials import (
 )
 
 log = logging.getLogger("kaizen.credentials")
+T = TypeVar("T")
 
 #: A use-once credential not used within this long is dropped.
 ONCE_TTL_S = 300.0
@@ -141,7 +142,7 @@ class BrokerHandle:
     pickled or copied, and its one operation is :meth:`send`."""
 
     __slots__ = ("_broker", "_destination", "_effect", "_held", "_operation", "_run_id",
-                 "_used")
+                 "_used", "_variants")
 
     def __init__(self, broker: CredentialBroker, held: _Held, destination: Destination, *,
                  operation: str, effect: str, run_id: str | None) -> None:
@@ -152,6 +153,8 @@ class BrokerHandle:
         self._effect = effect
         self._run_id = run_id
         self._used = False
+        # What the echo guard looks for, kept until the call's result was scrubbed (close).
+        self._variants = held.variants()
 
     def __repr__(self) -> str:
         return f"BrokerHandle({self._held.ref}, destination={self._destination.id})"
@@ -183,18 +186,38 @@ class BrokerHandle:
             raise CredentialRefused("This credential was already used for a request in this "
                                     "call; a call sends one request.", "credential_spent")
         self._used = True
-        return await self._broker._send(self, self._held, self._destination, method, url,
+        return await self._broker._send(self._held, self._destination, method, url,
                                         params=params, json_body=json_body, content=content,
                                         headers=headers, client=client, timeout_s=timeout_s,
                                         operation=self._operation, effect=self._effect,
                                         run_id=self._run_id)
 
+    async def attach(self, target_origin: str,
+                     perform: Callable[[Injector], Awaitable[T]]) -> T:
+        """The seam for a source with its own HTTP client (an External OpenAPI source's
+        egress): ``perform`` gets an :class:`Injector` to apply to the one request it sends
+        to ``target_origin``. The same checks, receipt and ambiguity rules as :meth:`send`;
+        ``perform``'s exception propagates as it is (one with ``sent = False`` proves nothing
+        was delivered). Its result is the caller's to scrub (the pipeline scrubs the tool's
+        whole result with this handle)."""
+        if self._used:
+            raise CredentialRefused("This credential was already used for a request in this "
+                                    "call; a call sends one request.", "credential_spent")
+        self._used = True
+        try:
+            return await self._broker._attach(
+                self._held, self._destination, target_origin, perform,
+                operation=self._operation, effect=self._effect, run_id=self._run_id)
+        finally:
+            self._held.secret = {}
+
     def scrub(self, value: object) -> object:
         """``value`` with every form of this handle's credential replaced (R-396)."""
-        return scrub(value, self._held.variants())
+        return scrub(value, self._variants)
 
     def close(self) -> None:
         self._held.secret = {}
+        self._variants = []
 
 
 def scrub(value: object, variants: list[str], _depth: int = 0) -> object:
@@ -328,17 +351,14 @@ class CredentialBroker:
 
     # --- the one request --------------------------------------------------------------------------
 
-    async def _send(self, handle: BrokerHandle, held: _Held, destination: Destination,
-                    method: str, url: str, *, params: Mapping[str, Any] | None, json_body: Any,
-                    content: bytes | None, headers: Mapping[str, str] | None,
-                    client: httpx.AsyncClient | None, timeout_s: float, operation: str,
-                    effect: str, run_id: str | None) -> BrokeredResponse:
-        try:
-            target = _origin_of(str(httpx.URL(url).copy_with(path="/", query=None,
-                                                               fragment=None)))
-        except Exception:
-            target = ""
-        if target != destination.origin:
+    async def _attach(self, held: _Held, destination: Destination, target_origin: str,
+                      perform: Callable[[Injector], Awaitable[T]], *, operation: str,
+                      effect: str, run_id: str | None) -> T:
+        """Run ``perform`` with an :class:`Injector` for exactly one request to
+        ``target_origin``: refused unless it is the destination's origin and the live policy
+        still allows it; the receipt is claimed before ``perform`` starts and settled with
+        how it ended. ``perform``'s own exception propagates unchanged."""
+        if target_origin != destination.origin:
             raise CredentialRefused(
                 f"A credential for {destination.origin} is only sent there; this request "
                 "was not sent.", "destination_mismatch")
@@ -362,55 +382,133 @@ class CredentialBroker:
         finally:
             if held.retention == "once":
                 self.drop_once(held.ref)  # spent whatever happens next (R-393)
-        request_headers = dict(headers or {})
-        request_params = dict(params or {})
-        _inject(destination, held.secret, request_headers, request_params)
-        own = client is None
-        http = client or httpx.AsyncClient(
-            transport=httpx.AsyncHTTPTransport(retries=0), trust_env=False,
-            timeout=timeout_s)
+        injector = Injector(destination, held.secret)
         status = "failed"
         try:
-            request = http.build_request(method, url, params=request_params or None,
-                                         json=json_body, content=content,
-                                         headers=request_headers, timeout=timeout_s)
-            try:
-                response = await http.send(request, follow_redirects=False)
-                body = await _bounded_body(response)
-            except _NOT_SENT as exc:
-                raise CredentialRequestFailed(
-                    f"{destination.origin} could not be reached ({type(exc).__name__}); "
-                    "nothing was sent.", code="destination_unreachable") from None
-            except (httpx.TransportError, asyncio.CancelledError) as exc:
-                if effect == "read":
-                    if isinstance(exc, asyncio.CancelledError):
-                        raise
-                    raise CredentialRequestFailed(
-                        f"The request to {destination.origin} failed "
-                        f"({type(exc).__name__}).", code="request_failed") from None
-                status = "ambiguous"
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-                raise AmbiguousDelivery(
-                    f"the request to {destination.origin} broke off after it was sent "
-                    f"({type(exc).__name__})") from None
-            status = "succeeded" if response.status_code < 400 else "failed"
+            result = await perform(injector)
+            status = "succeeded"  # the destination answered, whatever it answered
+            return result
+        except BaseException as exc:
+            status = delivery_status(exc, effect)
+            raise
         finally:
-            scrubbed_secret = held.variants()
+            injector.clear()
             held.secret = {}
-            handle.close()
-            if own:
-                await http.aclose()
             # Shielded: a cancelled call still settles its receipt.
             await asyncio.shield(self._records.settle(receipt, status))
-        data, truncated = body
+
+    async def _send(self, held: _Held, destination: Destination,
+                    method: str, url: str, *, params: Mapping[str, Any] | None, json_body: Any,
+                    content: bytes | None, headers: Mapping[str, str] | None,
+                    client: httpx.AsyncClient | None, timeout_s: float, operation: str,
+                    effect: str, run_id: str | None) -> BrokeredResponse:
+        try:
+            target = _origin_of(str(httpx.URL(url).copy_with(path="/", query=None,
+                                                               fragment=None)))
+        except Exception:
+            target = ""
+        variants = held.variants()
+
+        async def perform(injector: Injector) -> tuple[httpx.Response, bytes, bool]:
+            request_headers = dict(headers or {})
+            request_params = dict(params or {})
+            injector.apply(request_headers)
+            injector.apply_query(request_params)
+            own = client is None
+            http = client or httpx.AsyncClient(
+                transport=httpx.AsyncHTTPTransport(retries=0), trust_env=False,
+                timeout=timeout_s)
+            try:
+                request = http.build_request(method, url, params=request_params or None,
+                                             json=json_body, content=content,
+                                             headers=request_headers, timeout=timeout_s)
+                request_headers.clear()
+                try:
+                    response = await http.send(request, follow_redirects=False)
+                    body, truncated = await _bounded_body(response)
+                except _NOT_SENT as exc:
+                    raise CredentialRequestFailed(
+                        f"{destination.origin} could not be reached ({type(exc).__name__}); "
+                        "nothing was sent.", code="destination_unreachable") from None
+                except httpx.TransportError as exc:
+                    if effect == "read":
+                        raise CredentialRequestFailed(
+                            f"The request to {destination.origin} failed "
+                            f"({type(exc).__name__}).", code="request_failed") from None
+                    raise AmbiguousDelivery(
+                        f"the request to {destination.origin} broke off after it was sent "
+                        f"({type(exc).__name__})") from None
+                return response, body, truncated
+            finally:
+                if own:
+                    await http.aclose()
+
+        response, data, truncated = await self._attach(
+            held, destination, target, perform, operation=operation, effect=effect,
+            run_id=run_id)
         safe_headers = {k: v for k, v in response.headers.items()
                         if k.lower() not in _WITHHELD_RESPONSE_HEADERS}
-        scrubbed = scrub(data, scrubbed_secret)
+        scrubbed = scrub(data, variants)
         assert isinstance(scrubbed, bytes)
-        safe = scrub(safe_headers, scrubbed_secret)
+        safe = scrub(safe_headers, variants)
         assert isinstance(safe, dict)
         return BrokeredResponse(response.status_code, safe, scrubbed, truncated)
+
+
+def delivery_status(exc: BaseException, effect: str) -> str:
+    """How a request that raised ended, for its receipt: ``failed`` when it provably was
+    not delivered (a member-safe refusal, or an error saying ``sent = False``) or was a read;
+    ``ambiguous`` for a write or sensitive request that may have reached its destination
+    (R-399)."""
+    if isinstance(exc, CredentialRequestFailed) or getattr(exc, "sent", None) is False:
+        return "failed"
+    if isinstance(exc, MemberSafeError) and not isinstance(exc, CredentialRequestFailed):
+        return "failed"
+    return "failed" if effect == "read" else "ambiguous"
+
+
+class Injector:
+    """What the broker adds to the one request it allows: the credential, where the
+    destination's scheme says (``apply`` for headers, ``apply_query`` for a query scheme).
+    It is the seam a source's own HTTP client calls (``tools/egress.py: RequestCredential``);
+    any same-named header a caller set is replaced, never merged. Cleared after the request."""
+
+    __slots__ = ("_destination", "_secret")
+
+    def __init__(self, destination: Destination, secret: Mapping[str, str]) -> None:
+        self._destination = destination
+        self._secret = dict(secret)
+
+    def __repr__(self) -> str:
+        return f"Injector(<withheld>, destination={self._destination.id})"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("an injector cannot be serialized")
+
+    def apply(self, headers: MutableMapping[str, str]) -> None:
+        scheme = self._destination.scheme
+        secret = self._secret
+        if not secret:
+            raise CredentialRefused("This credential was already used.", "credential_spent")
+        for name in [h for h in headers if h.lower() in ("authorization", "cookie",
+                                                         scheme.name.lower())]:
+            del headers[name]
+        if scheme.kind == "bearer":
+            headers["Authorization"] = f"Bearer {secret['value']}"
+        elif scheme.kind == "basic":
+            pair = f"{secret['username']}:{secret['password']}".encode()
+            headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+        elif scheme.kind == "header":
+            headers[scheme.name] = secret["value"]
+        elif scheme.kind == "cookie":
+            headers["Cookie"] = f"{scheme.name}={secret['value']}"
+
+    def apply_query(self, params: MutableMapping[str, Any]) -> None:
+        if self._destination.scheme.kind == "query" and self._secret:
+            params[self._destination.scheme.name] = self._secret["value"]
+
+    def clear(self) -> None:
+        self._secret = {}
 
 
 async def _bounded_body(response: httpx.Response) -> tuple[bytes, bool]:
@@ -423,27 +521,6 @@ async def _bounded_body(response: httpx.Response) -> tuple[bytes, bool]:
             await response.aclose()
             return b"".join(chunks)[:MAX_RESPONSE_BYTES], True
     return b"".join(chunks), False
-
-
-def _inject(destination: Destination, secret: Mapping[str, str], headers: dict[str, str],
-            params: dict[str, Any]) -> None:
-    """Put the value where the destination's scheme says; any same-named header or parameter
-    a caller supplied is replaced, never merged."""
-    scheme = destination.scheme
-    for name in [h for h in headers if h.lower() in ("authorization", "cookie",
-                                                     scheme.name.lower())]:
-        del headers[name]
-    if scheme.kind == "bearer":
-        headers["Authorization"] = f"Bearer {secret['value']}"
-    elif scheme.kind == "basic":
-        pair = f"{secret['username']}:{secret['password']}".encode()
-        headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
-    elif scheme.kind == "header":
-        headers[scheme.name] = secret["value"]
-    elif scheme.kind == "cookie":
-        headers["Cookie"] = f"{scheme.name}={secret['value']}"
-    elif scheme.kind == "query":
-        params[scheme.name] = secret["value"]
 
 
 def live_policy(allowed: Callable[[str, str], Awaitable[bool]]) -> PolicyCheck:
