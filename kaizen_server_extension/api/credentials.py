@@ -51,7 +51,7 @@ class CredentialDestinationsHandler(KaizenHandler):
     @web.authenticated
     async def get(self) -> None:
         service = _service(self.kaizen)
-        usable = [d.public() for d in service.destinations.all()
+        usable = [d.public() for d in await service.destinations.listing(self.member)
                   if await service.broker.refusal(self.member, d) is None]
         self.write_json(usable)
 

@@ -264,6 +264,11 @@ class CredentialBroker:
             return "destination_unknown"
         if not destination.enabled:
             return "destination_disabled"
+        # The declaring source's own rules first (a source module's destination), then the
+        # admin policy of the destination itself.
+        declared = await self.destinations.provider_refusal(member, destination)
+        if declared is not None:
+            return declared
         return await self._policy(member, destination)
 
     # --- accepting a value (the form's submission) ------------------------------------------
@@ -308,7 +313,7 @@ class CredentialBroker:
         """A handle for ``ref`` at ``destination_id`` as ``member``, or :class:`CredentialRefused`
         (unknown, another member's, another destination's, spent, or the destination is no
         longer allowed). Nothing is sent here."""
-        destination = self.destinations.get(destination_id)
+        destination = await self.destinations.lookup(destination_id)
         refused = await self.refusal(member, destination)
         if refused is not None or destination is None:
             raise CredentialRefused(
@@ -363,7 +368,10 @@ class CredentialBroker:
                 f"A credential for {destination.origin} is only sent there; this request "
                 "was not sent.", "destination_mismatch")
         # Policy again at the instant of use: a revocation since the handle was made holds.
-        refused = await self.refusal(held.member, self.destinations.get(destination.id))
+        current = await self.destinations.lookup(destination.id)
+        if current is not None and current.fingerprint() != destination.fingerprint():
+            current = None  # changed since the handle was made: not the same destination
+        refused = await self.refusal(held.member, current)
         if refused is not None:
             raise CredentialRefused("Credentials for this destination were withdrawn, so the "
                                     "request was not sent.", refused)

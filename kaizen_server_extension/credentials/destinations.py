@@ -134,12 +134,22 @@ def make_scheme(kind: str, name: str = "") -> Scheme:
 
 
 class DestinationDirectory(Protocol):
-    """Where the broker and the forms look a destination up (live: a source that was
-    disabled or changed answers so at once)."""
+    """Destinations a source module declares (an External OpenAPI source's security scheme):
+    looked up live, so a source that was disabled, changed or hidden answers so at once."""
 
-    def get(self, destination_id: str) -> Destination | None: ...
+    #: The ``Destination.provider`` of every destination this directory answers for.
+    provider: str
 
-    def all(self) -> Iterable[Destination]: ...
+    async def lookup(self, destination_id: str) -> Destination | None: ...
+
+    async def listing(self, member: str) -> list[Destination]:
+        """The destinations ``member`` may see (their own and their workroom's sources)."""
+        ...
+
+    async def refusal(self, member: str, destination: Destination) -> str | None:
+        """Why ``member`` may not use ``destination`` now by the source's own rules (its
+        visibility, enabled state, API base, admin tree), else None."""
+        ...
 
 
 class StaticDestinations:
@@ -154,20 +164,31 @@ class StaticDestinations:
         self._attached.append(directory)
 
     def get(self, destination_id: str) -> Destination | None:
+        """A static destination (settings), else None."""
+        return self._static.get(destination_id)
+
+    async def lookup(self, destination_id: str) -> Destination | None:
         found = self._static.get(destination_id)
         if found is not None:
             return found
         for directory in self._attached:
-            found = directory.get(destination_id)
+            found = await directory.lookup(destination_id)
             if found is not None:
                 return found
         return None
 
-    def all(self) -> list[Destination]:
+    async def listing(self, member: str) -> list[Destination]:
         out = list(self._static.values())
         for directory in self._attached:
-            out.extend(d for d in directory.all() if d.id not in self._static)
+            out.extend(d for d in await directory.listing(member) if d.id not in self._static)
         return out
+
+    async def provider_refusal(self, member: str, destination: Destination) -> str | None:
+        """The refusal of the directory that declared ``destination``, if any."""
+        for directory in self._attached:
+            if directory.provider == destination.provider:
+                return await directory.refusal(member, destination)
+        return None
 
     def policy_name_known(self, name: str) -> bool:
         return name.startswith(POLICY_PREFIX) and self.get(name[len(POLICY_PREFIX):]) is not None
