@@ -313,7 +313,7 @@ class CredentialBroker:
         """A handle for ``ref`` at ``destination_id`` as ``member``, or :class:`CredentialRefused`
         (unknown, another member's, another destination's, spent, or the destination is no
         longer allowed). Nothing is sent here."""
-        destination = await self.destinations.lookup(destination_id)
+        destination = await self.destinations.lookup(destination_id, member)
         refused = await self.refusal(member, destination)
         if refused is not None or destination is None:
             raise CredentialRefused(
@@ -368,7 +368,7 @@ class CredentialBroker:
                 f"A credential for {destination.origin} is only sent there; this request "
                 "was not sent.", "destination_mismatch")
         # Policy again at the instant of use: a revocation since the handle was made holds.
-        current = await self.destinations.lookup(destination.id)
+        current = await self.destinations.lookup(destination.id, held.member)
         if current is not None and current.fingerprint() != destination.fingerprint():
             current = None  # changed since the handle was made: not the same destination
         refused = await self.refusal(held.member, current)

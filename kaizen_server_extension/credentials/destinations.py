@@ -70,6 +70,8 @@ class Destination:
     enabled: bool = True
     #: Who declared it: ``settings`` or a source module's name.
     provider: str = "settings"
+    #: The declaring source's own version (its URLs, say): a change is a new destination.
+    revision: str = ""
 
     @property
     def policy_name(self) -> str:
@@ -80,7 +82,8 @@ class Destination:
         provider is a different destination, and forms for the old one no longer open
         (R-390)."""
         shape = {"id": self.id, "origin": self.origin, "kind": self.scheme.kind,
-                 "name": self.scheme.name, "provider": self.provider}
+                 "name": self.scheme.name, "provider": self.provider,
+                 "revision": self.revision}
         text = json.dumps(shape, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -140,7 +143,9 @@ class DestinationDirectory(Protocol):
     #: The ``Destination.provider`` of every destination this directory answers for.
     provider: str
 
-    async def lookup(self, destination_id: str) -> Destination | None: ...
+    async def lookup(self, destination_id: str, member: str) -> Destination | None:
+        """The destination as ``member`` may see it (a source of theirs), else None."""
+        ...
 
     async def listing(self, member: str) -> list[Destination]:
         """The destinations ``member`` may see (their own and their workroom's sources)."""
@@ -167,12 +172,12 @@ class StaticDestinations:
         """A static destination (settings), else None."""
         return self._static.get(destination_id)
 
-    async def lookup(self, destination_id: str) -> Destination | None:
+    async def lookup(self, destination_id: str, member: str) -> Destination | None:
         found = self._static.get(destination_id)
         if found is not None:
             return found
         for directory in self._attached:
-            found = await directory.lookup(destination_id)
+            found = await directory.lookup(destination_id, member)
             if found is not None:
                 return found
         return None

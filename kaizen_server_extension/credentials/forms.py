@@ -127,7 +127,7 @@ class CredentialForms:
 
     async def issue(self, member: str, destination_id: str, label: str = "") -> OpenForm:
         """A fresh form for ``member`` and the destination, if they may use it now."""
-        destination = await self._broker.destinations.lookup(destination_id)
+        destination = await self._broker.destinations.lookup(destination_id, member)
         code = await self._broker.refusal(member, destination)
         if code is not None or destination is None:
             raise refused(code or "destination_unknown")
@@ -151,7 +151,8 @@ class CredentialForms:
             raise refused("form_not_yours")
         if plan["exp"] <= self._clock():
             raise refused("form_expired")
-        destination = await self._broker.destinations.lookup(str(plan.get("destination")))
+        destination = await self._broker.destinations.lookup(str(plan.get("destination")),
+                                                             member)
         code = await self._broker.refusal(member, destination)
         if code is not None or destination is None:
             raise refused(code or "destination_unknown")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from kaizen_server_extension.credentials.crypto import new_key_text
 from kaizen_server_extension.store.engine import sqlite_url_for
 from tests.conftest import POSTGRES_URL, drop_schema, new_schema
 from tests.support.server import ServerProcess, member_token, start_server
@@ -41,8 +42,15 @@ def contract_server(request: pytest.FixtureRequest, tmp_path: Path):
     # Scheduled tasks fire on the scheduler's poll, detached from any request: a task this run
     # creates must not fire between the two fingerprints of another request. One poll an hour
     # (the bound) is none during the run; "run now" fires within its own request, as before.
+    # Credentials on, so their routes are in the document and checked too (a destination
+    # nothing listens at: issuing a form sends nothing).
     proc = start_server(tmp_path / "server", url, schema,
-                        extra_env={"KAIZEN_TASK_POLL_SECONDS": "3600"})
+                        extra_env={"KAIZEN_TASK_POLL_SECONDS": "3600",
+                                   "KAIZEN_CREDENTIALS_ENABLED": "1",
+                                   "KAIZEN_CREDENTIAL_KEY": new_key_text(),
+                                   "KAIZEN_CREDENTIAL_DESTINATIONS": json.dumps([
+                                       {"id": "echo", "origin": "https://api.example.com",
+                                        "scheme": {"kind": "bearer"}}])})
     try:
         yield proc
     finally:
