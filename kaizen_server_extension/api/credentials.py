@@ -24,6 +24,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from tornado import web
 
 from kaizen_server_extension.api.base import AUTH_RESOURCE, KaizenHandler
+from kaizen_server_extension.api.openapi_parts import (
+    answer,
+    error_answers,
+    operation,
+    path_param,
+    ref,
+)
 from kaizen_server_extension.context import KaizenContext
 from kaizen_server_extension.credentials.forms import FormRefused, OpenForm
 from kaizen_server_extension.credentials.service import CredentialService
@@ -240,74 +247,64 @@ def credential_routes(prefix: str) -> list[tuple[str, type[web.RequestHandler]]]
     ]
 
 
+_ERROR_TEXT = {401: "Not authenticated", 400: "Malformed body",
+               403: "The destination is disabled or denied to you",
+               404: "No such destination or credential of yours",
+               422: "The body does not match the schema"}
+
+
 def credentials_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
     """(paths, component schemas) for ``api/openapi.py`` (only when credentials are on)."""
-    error = {"$ref": "#/components/schemas/Error"}
-
-    def errors(*codes: int) -> dict[str, Any]:
-        text = {401: "Not authenticated", 404: "No such destination or credential of yours",
-                403: "The destination is disabled or denied to you",
-                422: "The body does not match the schema"}
-        return {str(c): {"description": text[c], "content": {"application/json": {
-            "schema": error}}} for c in (401, *codes)}
-
-    def ok(description: str, schema: dict[str, Any], status: str = "200") -> dict[str, Any]:
-        return {status: {"description": description,
-                         "content": {"application/json": {"schema": schema}}}}
-
-    ref = {"$ref": "#/components/schemas/CredentialRef"}
-    destination = {"$ref": "#/components/schemas/CredentialDestination"}
+    credential_ref = ref("CredentialRef")
+    destination = ref("CredentialDestination")
     string = {"type": "string"}
     nullable = {"type": ["string", "null"]}
+    when = {"type": "string", "format": "date-time"}
     paths = {
-        "/kaizen/api/credentials/destinations": {"get": {
-            "summary": "Where the caller may enter a credential now (enabled, allowed by admin "
-                       "policy)", "operationId": "listCredentialDestinations",
-            "responses": {**ok("Destinations", {"type": "array", "items": destination}),
-                          **errors()}}},
-        "/kaizen/api/credentials/forms": {"post": {
-            "summary": "Issue a signed, five-minute, one-shot credential form for one "
-                       "destination. The member opens form_url in their browser; the value "
-                       "never passes through this API",
-            "operationId": "issueCredentialForm",
-            "requestBody": {"required": True, "content": {"application/json": {"schema": {
-                "type": "object", "additionalProperties": False, "required": ["destination"],
-                "properties": {"destination": {"type": "string", "minLength": 1,
-                                               "maxLength": 120},
-                               "label": {"type": "string", "maxLength": 200}}}}}},
-            "responses": {**ok("The form", {
-                "type": "object",
-                "required": ["form_url", "expires_at", "destination", "remember_offered"],
-                "properties": {"form_url": string,
-                               "expires_at": {"type": "string", "format": "date-time"},
-                               "destination": destination,
-                               "remember_offered": {"type": "boolean"}}}, "201"),
-                **errors(403, 404, 422),
-                "400": {"description": "Malformed body", "content": {"application/json": {
-                    "schema": error}}}}}},
-        "/kaizen/api/credentials": {"get": {
-            "summary": "The caller's credential references: identity only, never a value "
-                       "(no route reads one back)", "operationId": "listCredentials",
-            "responses": {**ok("References", {
+        "/kaizen/api/credentials/destinations": {"get": operation(
+            "Where the caller may enter a credential now (enabled, allowed by admin policy)",
+            "listCredentialDestinations",
+            {**answer("Destinations", {"type": "array", "items": destination}),
+             **error_answers(_ERROR_TEXT)})},
+        "/kaizen/api/credentials/forms": {"post": operation(
+            "Issue a signed, five-minute, one-shot credential form for one destination. The "
+            "member opens form_url in their browser; the value never passes through this API",
+            "issueCredentialForm",
+            {**answer("The form", ref("CredentialForm"), 201),
+             **error_answers(_ERROR_TEXT, 400, 403, 404, 422)},
+            body_schema="CredentialFormRequest")},
+        "/kaizen/api/credentials": {"get": operation(
+            "The caller's credential references: identity only, never a value (no route "
+            "reads one back)", "listCredentials",
+            {**answer("References", {
                 "type": "object", "required": ["remembered", "once"],
-                "properties": {"remembered": {"type": "array", "items": ref},
-                               "once": {"type": "array", "items": ref}}}), **errors()}}},
-        "/kaizen/api/credentials/{credential_ref}": {"delete": {
-            "summary": "Forget one of the caller's credentials",
-            "operationId": "forgetCredential",
-            "parameters": [{"name": "credential_ref", "in": "path", "required": True,
-                            "schema": {"type": "string", "pattern": f"^{REF}$"}}],
-            "responses": {**ok("Forgotten", {"type": "object", "required": ["forgotten"],
-                                             "properties": {"forgotten": ref}}),
-                          **errors(404)}}},
-        "/kaizen/api/credentials/receipts": {"get": {
-            "summary": "The caller's credential receipts: which nonce or request was claimed "
-                       "and how it ended; no value, argument, body or result",
-            "operationId": "listCredentialReceipts",
-            "responses": {**ok("Receipts", {"type": "array", "items": {
-                "$ref": "#/components/schemas/CredentialReceipt"}}), **errors()}}},
+                "properties": {"remembered": {"type": "array", "items": credential_ref},
+                               "once": {"type": "array", "items": credential_ref}}}),
+             **error_answers(_ERROR_TEXT)})},
+        "/kaizen/api/credentials/{credential_ref}": {"delete": operation(
+            "Forget one of the caller's credentials", "forgetCredential",
+            {**answer("Forgotten", {"type": "object", "required": ["forgotten"],
+                                    "properties": {"forgotten": credential_ref}}),
+             **error_answers(_ERROR_TEXT, 404)},
+            params=[path_param("credential_ref", {"type": "string",
+                                                  "pattern": f"^{REF}$"})])},
+        "/kaizen/api/credentials/receipts": {"get": operation(
+            "The caller's credential receipts: which nonce or request was claimed and how it "
+            "ended; no value, argument, body or result", "listCredentialReceipts",
+            {**answer("Receipts", {"type": "array", "items": ref("CredentialReceipt")}),
+             **error_answers(_ERROR_TEXT)})},
     }
     components = {
+        "CredentialFormRequest": {
+            "type": "object", "additionalProperties": False, "required": ["destination"],
+            "properties": {"destination": {"type": "string", "minLength": 1,
+                                           "maxLength": 120},
+                           "label": {"type": "string", "maxLength": 200}}},
+        "CredentialForm": {
+            "type": "object",
+            "required": ["form_url", "expires_at", "destination", "remember_offered"],
+            "properties": {"form_url": string, "expires_at": when, "destination": destination,
+                           "remember_offered": {"type": "boolean"}}},
         "CredentialDestination": {
             "type": "object", "required": ["id", "origin", "label", "scheme", "enabled"],
             "properties": {"id": string, "origin": string, "label": string,
@@ -317,12 +314,12 @@ def credentials_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
                                                  "query"]},
                                "name": nullable}}}},
         "CredentialRef": {
-            "type": "object", "required": ["credential_ref", "destination", "origin",
-                                           "retention"],
+            "type": "object",
+            "required": ["credential_ref", "destination", "origin", "retention"],
             "properties": {"credential_ref": {"type": "string", "pattern": f"^{REF}$"},
                            "destination": string, "origin": string, "scheme": string,
                            "label": string, "retention": {"enum": ["once", "remember"]},
-                           "created_at": {"type": "string", "format": "date-time"}}},
+                           "created_at": when}},
         "CredentialReceipt": {
             "type": "object",
             "required": ["id", "kind", "destination", "origin", "status", "claimed_at"],
@@ -333,8 +330,7 @@ def credentials_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
                            "operation": nullable, "effect": nullable, "run_id": nullable,
                            "status": {"enum": ["claimed", "stored", "succeeded", "failed",
                                                "ambiguous"]},
-                           "claimed_at": {"type": "string", "format": "date-time"},
-                           "settled_at": {"type": ["string", "null"],
-                                          "format": "date-time"}}},
+                           "claimed_at": when,
+                           "settled_at": {"type": ["string", "null"], "format": "date-time"}}},
     }
     return paths, components
