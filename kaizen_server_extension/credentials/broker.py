@@ -57,6 +57,8 @@ T = TypeVar("T")
 
 #: A use-once credential not used within this long is dropped.
 ONCE_TTL_S = 300.0
+#: Use-once credentials one member may hold at a time; entering another drops the oldest.
+MAX_ONCE_PER_MEMBER = 16
 #: The body a brokered response may carry back to the tool.
 MAX_RESPONSE_BYTES = 1024 * 1024
 DEFAULT_TIMEOUT_S = 30.0
@@ -276,6 +278,9 @@ class CredentialBroker:
     def hold_once(self, member: str, destination: Destination, secret: Mapping[str, str]) -> str:
         """Keep ``secret`` in memory for one request; its new reference."""
         self._expire()
+        held = [r for r, (_, h) in self._once.items() if h.member == member]
+        for old in held[:max(0, len(held) - MAX_ONCE_PER_MEMBER + 1)]:
+            self._once.pop(old, None)  # insertion order: the oldest first
         ref = new_ref()
         self._once[ref] = (self._clock() + ONCE_TTL_S, _Held(
             ref, member, destination.id, destination.origin, "once", dict(secret)))
@@ -430,7 +435,6 @@ class CredentialBroker:
                 request = http.build_request(method, url, params=request_params or None,
                                              json=json_body, content=content,
                                              headers=request_headers, timeout=timeout_s)
-                request_headers.clear()
                 try:
                     response = await http.send(request, follow_redirects=False)
                     body, truncated = await _bounded_body(response)
@@ -464,13 +468,11 @@ class CredentialBroker:
 
 
 def delivery_status(exc: BaseException, effect: str) -> str:
-    """How a request that raised ended, for its receipt: ``failed`` when it provably was
-    not delivered (a member-safe refusal, or an error saying ``sent = False``) or was a read;
-    ``ambiguous`` for a write or sensitive request that may have reached its destination
-    (R-399)."""
-    if isinstance(exc, CredentialRequestFailed) or getattr(exc, "sent", None) is False:
-        return "failed"
-    if isinstance(exc, MemberSafeError) and not isinstance(exc, CredentialRequestFailed):
+    """How a request that raised ended, for its receipt: ``failed`` when it provably was not
+    delivered (a member-safe refusal, which vouches that nothing was committed, or an error
+    saying ``sent = False``) or was a read; ``ambiguous`` for a write or sensitive request
+    that may have reached its destination (R-399)."""
+    if isinstance(exc, MemberSafeError) or getattr(exc, "sent", None) is False:
         return "failed"
     return "failed" if effect == "read" else "ambiguous"
 

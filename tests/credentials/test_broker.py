@@ -163,3 +163,14 @@ async def test_a_remembered_value_is_sealed_and_opens_for_its_member_only(
     with pytest.raises(CredentialRefused):
         await broker.handle("bob", sealed.ref, "basic", operation="op", effect="read")
     assert len(await _receipts(store)) == 2
+
+
+async def test_a_member_holds_a_bounded_number_of_use_once_values(store: Store) -> None:
+    from kaizen_server_extension.credentials.broker import MAX_ONCE_PER_MEMBER
+
+    broker = await _broker(store)
+    refs = [broker.hold_once("alice", ECHO, {"value": f"{SECRET}-{n}"})
+            for n in range(MAX_ONCE_PER_MEMBER + 3)]
+    held = {p["credential_ref"] for p in broker.pending_once("alice")}
+    assert held == set(refs[3:])  # the oldest went first
+    assert broker.pending_once("bob") == []
