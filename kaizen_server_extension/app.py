@@ -151,6 +151,7 @@ class KaizenApp(ExtensionApp):
     kaizen: KaizenContext
     _run_code: Any = None
     _gateway: Any = None
+    _egress: Any = None
     _warming: Any = None
     _stack_probe: Any = None
     _environment_settings: KaizenSettings | None = None
@@ -220,8 +221,10 @@ class KaizenApp(ExtensionApp):
     def initialize_handlers(self) -> None:
         from kaizen_server_extension.api import handlers
 
-        self.handlers.extend(handlers.routes(library=self.kaizen.library_enabled,
-                                             credentials=self.kaizen.credentials is not None))
+        self.handlers.extend(handlers.routes(
+            library=self.kaizen.library_enabled,
+            openapi_sources=self.kaizen.openapi_sources_enabled,
+            credentials=self.kaizen.credentials is not None))
         if self.kaizen.settings.KAIZEN_MCP_SERVE_ENABLED:
             # Off, the path does not exist (docs/mcp.md, "Kaizen as an MCP server").
             from kaizen_server_extension.api.mcp_endpoint import mcp_endpoint_routes
@@ -300,7 +303,8 @@ class KaizenApp(ExtensionApp):
             registry = ToolRegistry.from_plugin_manager(
                 plugins.pm, plugins.first_party,
                 withheld_surfaces=withheld_surfaces(
-                    library_enabled=settings.KAIZEN_LIBRARY_ENABLED))
+                    library_enabled=settings.KAIZEN_LIBRARY_ENABLED,
+                    openapi_sources_enabled=settings.KAIZEN_OPENAPI_SOURCES_ENABLED))
         except ToolRegistrationError as exc:
             self._refuse_to_start(f"A tool plugin was refused: {exc}")
         guardrails = GuardrailChain.from_registrations(
@@ -313,6 +317,8 @@ class KaizenApp(ExtensionApp):
         )
         if settings.KAIZEN_MCP_SERVERS:
             tools.attach_mcp(self._mcp_sources(settings))
+        if settings.KAIZEN_OPENAPI_SOURCES_ENABLED:
+            tools.attach_openapi(self._openapi_sources(settings, store))
         credentials = self._credentials(store, settings, tools)
         gateway, model, profile = self._model_gateway(settings, plugins)
         lanes = LaneService(
@@ -373,6 +379,29 @@ class KaizenApp(ExtensionApp):
                              timeout_s=s.timeout_s, agents=s.agents)
                    for s in settings.KAIZEN_MCP_SERVERS]
         return McpSources(servers, stdio_commands=settings.KAIZEN_MCP_STDIO_COMMANDS)
+
+    def _openapi_sources(self, settings: KaizenSettings, store: Any) -> Any:
+        """The members' external OpenAPI sources behind the egress policy
+        (docs/openapi-sources.md); built only with KAIZEN_OPENAPI_SOURCES_ENABLED on."""
+        from kaizen_server_extension.store.openapi_sources import OpenApiSourceStore
+        from kaizen_server_extension.tools.egress import Egress, EgressPolicy
+        from kaizen_server_extension.tools.openapi_schema_cache import SchemaCache
+        from kaizen_server_extension.tools.openapi_sources import OpenApiSources
+
+        policy = EgressPolicy.build(settings.KAIZEN_OPENAPI_EGRESS_NETWORKS,
+                                    settings.KAIZEN_OPENAPI_EGRESS_PORTS,
+                                    ca_file=settings.KAIZEN_OPENAPI_CA_FILE,
+                                    timeout_s=settings.KAIZEN_OPENAPI_TIMEOUT_SECONDS)
+        try:
+            egress = Egress(policy)
+        except (OSError, ValueError) as exc:
+            self._refuse_to_start(f"KAIZEN_OPENAPI_CA_FILE cannot be read: {exc}")
+        self._egress = egress
+        cache = SchemaCache(egress, fresh_s=settings.KAIZEN_OPENAPI_SCHEMA_FRESH_SECONDS,
+                            stale_s=settings.KAIZEN_OPENAPI_SCHEMA_STALE_SECONDS)
+        return OpenApiSources(OpenApiSourceStore(store), egress, cache,
+                              cross_origin_enabled=settings.KAIZEN_OPENAPI_CROSS_ORIGIN_ENABLED,
+                              timeout_s=settings.KAIZEN_OPENAPI_TIMEOUT_SECONDS)
 
     def _model_gateway(self, settings: KaizenSettings,
                        plugins: LoadedPlugins) -> tuple[Any, str, Any]:
@@ -579,6 +608,8 @@ class KaizenApp(ExtensionApp):
             await self.kaizen.events_link.stop()
         if self._gateway is not None:
             await self._gateway.aclose()
+        if self._egress is not None:
+            await self._egress.aclose()
         await self.kaizen.store.dispose()
 
     def _refuse_to_start(self, message: str) -> NoReturn:

@@ -57,6 +57,12 @@ class KaizenContext:
         return self.settings.KAIZEN_LIBRARY_ENABLED
 
     @property
+    def openapi_sources_enabled(self) -> bool:
+        """Members' external OpenAPI sources (their REST routes and tools); off, they do not
+        exist (R-378, docs/openapi-sources.md)."""
+        return self.settings.KAIZEN_OPENAPI_SOURCES_ENABLED
+
+    @property
     def tool_names(self) -> frozenset[str]:
         """Names of the registered tools (the admin tool-policy routes refuse any other)."""
         return self.tools.tool_names

@@ -37,6 +37,10 @@ MAX_CORRECTION_PATTERN_CHARS = 200
 MAX_CORRECTION_REMINDER_CHARS = 1000
 #: The tool surface the Library's tools declare; ``KAIZEN_LIBRARY_ENABLED`` exposes it (R-140).
 LIBRARY_SURFACE = "library"
+#: The surface of manage_openapi_sources; ``KAIZEN_OPENAPI_SOURCES_ENABLED`` exposes it (R-378).
+OPENAPI_SOURCES_SURFACE = "openapi_sources"
+#: ``ctx.services`` name under which the tool backend hands that tool the member's sources.
+OPENAPI_SOURCES_SERVICE = "openapi_sources"
 JAIL_MODES = ("auto", "off", "required")
 #: One artifact version's bound, which a file read from the Jupyter tree becomes.
 MAX_JUPYTER_FILE_BYTES = 25 * 1024 * 1024
@@ -66,9 +70,16 @@ class SettingsError(ValueError):
     """A setting is out of bounds; the message names it and is safe to print."""
 
 
-def withheld_surfaces(*, library_enabled: bool) -> frozenset[str]:
-    """The tool surfaces this deployment does not expose, from its feature flags (R-140)."""
-    return frozenset() if library_enabled else frozenset({LIBRARY_SURFACE})
+def withheld_surfaces(*, library_enabled: bool,
+                      openapi_sources_enabled: bool = False) -> frozenset[str]:
+    """The tool surfaces this deployment does not expose, from its feature flags (R-140,
+    R-378)."""
+    withheld = set()
+    if not library_enabled:
+        withheld.add(LIBRARY_SURFACE)
+    if not openapi_sources_enabled:
+        withheld.add(OPENAPI_SOURCES_SURFACE)
+    return frozenset(withheld)
 
 
 def default_database_url(data_dir: Path) -> str:
@@ -243,6 +254,28 @@ class KaizenSettings(BaseModel):
     KAIZEN_CREDENTIAL_DESTINATIONS: Annotated[
         tuple[CredentialDestinationModel, ...], Field(max_length=MAX_CREDENTIAL_DESTINATIONS)
     ] = ()
+    # --- external OpenAPI sources (docs/openapi-sources.md) ----------------------------------
+    #: Members may register HTTPS OpenAPI documents as tool sources. Off (the default), the
+    #: routes do not exist and no source tool is offered, whatever the database holds (R-378).
+    KAIZEN_OPENAPI_SOURCES_ENABLED: bool = False
+    #: A source's API base may differ in origin from its schema URL only with the source's own
+    #: consent and this admin ceiling on (R-383). Off unless set.
+    KAIZEN_OPENAPI_CROSS_ORIGIN_ENABLED: bool = False
+    #: The egress policy (R-381): networks (CIDRs) a source's resolved address may be in. Empty:
+    #: any globally routable address; loopback, private, link-local and other protected
+    #: addresses are refused unless a network listed here contains them.
+    KAIZEN_OPENAPI_EGRESS_NETWORKS: tuple[str, ...] = ()
+    #: Ports a source may be reached on (R-381); comma-separated.
+    KAIZEN_OPENAPI_EGRESS_PORTS: tuple[int, ...] = (443,)
+    #: A PEM bundle of extra certificate authorities trusted for sources (besides the system's).
+    KAIZEN_OPENAPI_CA_FILE: str = ""
+    #: Seconds a fetched schema is fresh; after that it is revalidated with its ETag (R-327).
+    KAIZEN_OPENAPI_SCHEMA_FRESH_SECONDS: Annotated[float, Field(ge=0, le=3600)] = 60.0
+    #: Seconds past freshness a schema may still serve when its source cannot be reached or
+    #: answers nonsense (the bounded stale fallback, R-327); 0: none.
+    KAIZEN_OPENAPI_SCHEMA_STALE_SECONDS: Annotated[float, Field(ge=0, le=86_400)] = 600.0
+    #: Bound of one request to a source (schema fetch or operation call).
+    KAIZEN_OPENAPI_TIMEOUT_SECONDS: Annotated[float, Field(ge=1, le=240)] = 30.0
 
     # --- operators (docs/deploy.md) --------------------------------------------------------
     #: Kaizen's log lines as Jupyter's text, or one JSON object per line.
@@ -348,7 +381,27 @@ class KaizenSettings(BaseModel):
                                  "is not in KAIZEN_MCP_STDIO_COMMANDS")
         return servers
 
+    @field_validator("KAIZEN_OPENAPI_EGRESS_NETWORKS")
+    @classmethod
+    def _networks(cls, networks: tuple[str, ...]) -> tuple[str, ...]:
+        import ipaddress
+
+        for network in networks:
+            try:
+                ipaddress.ip_network(network, strict=True)
+            except ValueError:
+                raise ValueError(f"{network[:100]!r} is not a network (CIDR)") from None
+        return networks
+
+    @field_validator("KAIZEN_OPENAPI_EGRESS_PORTS")
+    @classmethod
+    def _ports(cls, ports: tuple[int, ...]) -> tuple[int, ...]:
+        if not ports or any(not 1 <= port <= 65535 for port in ports):
+            raise ValueError("must list ports between 1 and 65535")
+        return ports
+
     @field_validator("KAIZEN_ADMIN_MEMBERS", "KAIZEN_PLUGINS", "KAIZEN_MCP_STDIO_COMMANDS",
+                     "KAIZEN_OPENAPI_EGRESS_NETWORKS", "KAIZEN_OPENAPI_EGRESS_PORTS",
                      mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:

@@ -42,7 +42,7 @@ def test_the_library_flag_reads_the_usual_boolean_spellings(value: str, enabled:
     settings = KaizenSettings.from_environ({"KAIZEN_LIBRARY_ENABLED": value})
     assert settings.KAIZEN_LIBRARY_ENABLED is enabled
     withheld = withheld_surfaces(library_enabled=settings.KAIZEN_LIBRARY_ENABLED)
-    assert withheld == (frozenset() if enabled else frozenset({LIBRARY_SURFACE}))
+    assert (LIBRARY_SURFACE in withheld) is not enabled
 
 
 def test_an_unreadable_library_flag_names_the_setting() -> None:
@@ -201,3 +201,26 @@ def test_migrations_run_from_the_command_line(tmp_path: Path) -> None:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"members", "agents", "agent_versions", "conversations", "participants", "journal",
             "accepted_inputs", "runs", "audit_events", "alembic_version"} <= tables
+
+
+@pytest.mark.rule("R-378")
+def test_external_openapi_sources_default_off_and_their_egress_is_validated() -> None:
+    from kaizen_server_extension.settings import OPENAPI_SOURCES_SURFACE, withheld_surfaces
+
+    defaults = KaizenSettings.from_environ({})
+    assert defaults.KAIZEN_OPENAPI_SOURCES_ENABLED is False
+    assert defaults.KAIZEN_OPENAPI_CROSS_ORIGIN_ENABLED is False
+    assert defaults.KAIZEN_OPENAPI_EGRESS_PORTS == (443,)
+    assert OPENAPI_SOURCES_SURFACE in withheld_surfaces(library_enabled=True)
+    read = KaizenSettings.from_environ({"KAIZEN_OPENAPI_EGRESS_NETWORKS": "127.0.0.1/32, ::1/128",
+                                        "KAIZEN_OPENAPI_EGRESS_PORTS": "443,8443"})
+    assert read.KAIZEN_OPENAPI_EGRESS_NETWORKS == ("127.0.0.1/32", "::1/128")
+    assert read.KAIZEN_OPENAPI_EGRESS_PORTS == (443, 8443)
+    for name, value in (("KAIZEN_OPENAPI_EGRESS_NETWORKS", "10.0.0.1/8"),
+                        ("KAIZEN_OPENAPI_EGRESS_NETWORKS", "example.com"),
+                        ("KAIZEN_OPENAPI_EGRESS_PORTS", "0"),
+                        ("KAIZEN_OPENAPI_EGRESS_PORTS", "70000"),
+                        ("KAIZEN_OPENAPI_SCHEMA_FRESH_SECONDS", "-1"),
+                        ("KAIZEN_OPENAPI_TIMEOUT_SECONDS", "1000")):
+        with pytest.raises(SettingsError, match=name):
+            KaizenSettings.from_environ({name: value})

@@ -57,9 +57,10 @@ class AdminHandler(KaizenHandler):
     def policies(self) -> ToolPolicyAdmin:
         return ToolPolicyAdmin(self.kaizen.store)
 
-    def checked_tool(self, tool: str) -> str:
-        # A registered tool, or an enabled MCP server's selector or tool (docs/mcp.md).
-        if not TOOL_NAME_RE.fullmatch(tool) or not self.kaizen.tools.policy_name_known(tool):
+    async def checked_tool(self, tool: str) -> str:
+        # A registered tool, or a source selector or tool (docs/tool-policies.md).
+        if not TOOL_NAME_RE.fullmatch(tool) \
+                or not await self.kaizen.tools.policy_name_known(tool):
             raise SchemaViolation(f"No tool named {tool[:64]!r} is registered on this server.",
                                   code="unknown_tool")
         return tool
@@ -92,14 +93,15 @@ class ToolPolicyHandler(AdminHandler):
     @web.authenticated
     async def put(self, tool: str, member: str) -> None:
         body = self.parse_body(ToolPolicyChange, limit=4096)
-        record = await self.policies.set(self.checked_tool(tool), self.checked_member(member),
-                                         body.allowed, admin=self.member)
+        record = await self.policies.set(await self.checked_tool(tool),
+                                         self.checked_member(member), body.allowed,
+                                         admin=self.member)
         self.write_json(record.public())
 
     @web.authenticated
     async def delete(self, tool: str, member: str) -> None:
-        await self.policies.delete(self.checked_tool(tool), self.checked_member(member),
-                                   admin=self.member)
+        await self.policies.delete(await self.checked_tool(tool),
+                                   self.checked_member(member), admin=self.member)
         self.set_status(204)
         self.finish()
 
@@ -121,8 +123,11 @@ def admin_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
                  **error}
     unauthenticated = {"description": "Not authenticated", **error}
     tool = {"name": "tool", "in": "path", "required": True,
-            "description": "A tool registered on this server, or an enabled MCP "
-                    "server (mcp__<id>) or one of its tools (mcp__<id>__<tool>)",
+            "description": "A tool registered on this server; the sources root "
+                    "(sources); an enabled MCP server (mcp__<id>) or one of its tools "
+                    "(mcp__<id>__<tool>), or the MCP family (mcp); with OpenAPI sources on, "
+                    "the family (openapi), a source (openapi__<id>) or one of its tools "
+                    "(openapi__<id>__<operationId>). An ancestor only tightens",
             "schema": {"type": "string"}}
     member = {"name": "member", "in": "path", "required": True,
               "description": "A member name, or * for everyone (a member's own row "

@@ -25,6 +25,7 @@ from kaizen_server_extension.api.notifications import (
     NotificationsHandler,
 )
 from kaizen_server_extension.api.openapi import openapi_document
+from kaizen_server_extension.api.openapi_sources import openapi_source_routes
 from kaizen_server_extension.api.params import (
     ID,
     MEMBER,
@@ -227,8 +228,10 @@ class MeHandler(KaizenHandler):
 class OpenAPIHandler(KaizenHandler):
     @web.authenticated
     async def get(self) -> None:
-        self.write_json(openapi_document(library=self.kaizen.library_enabled,
-                                         credentials=self.kaizen.credentials is not None))
+        self.write_json(openapi_document(
+            library=self.kaizen.library_enabled,
+            openapi_sources=self.kaizen.openapi_sources_enabled,
+            credentials=self.kaizen.credentials is not None))
 
 
 def _settings(member: MemberRecord, handler: KaizenHandler) -> dict[str, Any]:
@@ -241,9 +244,12 @@ PREFIX = r"/kaizen/api"
 
 
 def routes(*, library: bool = True,
+           openapi_sources: bool = False,
            credentials: bool = False) -> list[tuple[str, type[web.RequestHandler]]]:
     """Every REST route; the Library's only when ``library`` (KAIZEN_LIBRARY_ENABLED) is on,
-    so with it off those paths are unknown to the server, not refused by it (R-140)."""
+    so with it off those paths are unknown to the server, not refused by it (R-140); the
+    member's OpenAPI sources likewise only with ``openapi_sources``
+    (KAIZEN_OPENAPI_SOURCES_ENABLED, R-378)."""
     return [
         (rf"{PREFIX}/openapi\.json", OpenAPIHandler),
         # Unauthenticated probes: liveness, and readiness (store reachable, schema at head).
@@ -282,6 +288,8 @@ def routes(*, library: bool = True,
         *tool_grant_routes(PREFIX, ID),
         # The caller's durable tasks: run now, safe test, cadence (docs/tasks.md).
         *task_routes(PREFIX),
+        # The member's external OpenAPI sources (docs/openapi-sources.md), when enabled.
+        *(openapi_source_routes(PREFIX, ID) if openapi_sources else ()),
         # Credential forms, references and receipts, only when credentials are enabled.
         *(_credential_routes() if credentials else ()),
         # Admin only (404 to everyone else): the tool policies read on every tool call.

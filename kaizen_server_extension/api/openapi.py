@@ -119,9 +119,11 @@ def _model_schemas(*models: type[BaseModel]) -> dict[str, Any]:
 
 
 @cache
-def openapi_document(*, library: bool = True, credentials: bool = False) -> dict[str, Any]:
+def openapi_document(*, library: bool = True, openapi_sources: bool = False,
+                     credentials: bool = False) -> dict[str, Any]:
     """The document of the routes this server serves: the Library's paths only when
-    ``library`` (KAIZEN_LIBRARY_ENABLED) is on, as ``handlers.routes`` registers them (R-140)."""
+    ``library`` (KAIZEN_LIBRARY_ENABLED) is on, as ``handlers.routes`` registers them (R-140),
+    and the member's OpenAPI sources only with ``openapi_sources`` (R-378)."""
     conv_id, run_id = _path_param("conversation_id"), _path_param("run_id")
     components = _model_schemas(schemas.CreateConversation, schemas.AddParticipant,
                                 schemas.PostMessage, schemas.MemberSettings,
@@ -539,6 +541,12 @@ def openapi_document(*, library: bool = True, credentials: bool = False) -> dict
     task_paths, task_components = tasks_openapi()
     paths.update(task_paths)
     components.update(task_components)
+    if openapi_sources:
+        from kaizen_server_extension.api.openapi_sources import openapi_sources_openapi
+
+        source_paths, source_components = openapi_sources_openapi()
+        paths.update(source_paths)
+        components.update(source_components)
     from kaizen_server_extension.api.admin import admin_openapi
 
     admin_paths, admin_components = admin_openapi()

@@ -16,8 +16,10 @@ from pydantic import (
 from kaizen_server_extension.lanes.inbox import RESOURCE_ID
 from kaizen_server_extension.resources import MAX_ATTACHMENTS
 
+# U+0085 and U+FEFF are spelled out: the server's regex engine counts U+0085 as \s and
+# ECMA-262 (the document's) does not, and the other way round for U+FEFF; named, both agree.
 MemberName = Annotated[str, StringConstraints(min_length=1, max_length=200,
-                                              pattern=r"^[^\s/][^/]*$")]
+                                              pattern=r"^[^\s\u0085\ufeff/][^/]*$")]
 
 
 class CreateConversation(BaseModel):

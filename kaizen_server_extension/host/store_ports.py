@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -93,23 +93,51 @@ class StorePermissions:
     """Admin tool policy from the database plus the Jupyter authorizer, read on every call."""
 
     def __init__(self, store: Store, authorize: Any = None, *,
-                 parent_of: Callable[[str], str | None] | None = None) -> None:
+                 ancestors_of: Callable[[str], Sequence[str]] | None = None) -> None:
         self._store = store
         # ``authorize(member, tool_name) -> bool``: the Jupyter server's Authorizer.
         self._authorize = authorize
-        # The selector above a tool (an MCP tool's server, docs/mcp.md), else None.
-        self._parent_of = parent_of
+        # The policy selectors above a tool, root first (a source tool's root, family and
+        # source, docs/tool-policies.md); none for a built-in.
+        self._ancestors_of = ancestors_of
 
     async def allowed(self, member: str, tool_name: str,
                       facts: CallFactsView | None = None) -> bool:
         if self._authorize is not None and not self._authorize(member, tool_name):
             return False
-        parent = self._parent_of(tool_name) if self._parent_of is not None else None
-        # A denied server is a ceiling over each of its tools: the tool's own row, whatever
-        # it says, cannot re-enable one (a parent row can only tighten).
-        if parent is not None and not await self._policy(member, parent, facts):
-            return False
+        ancestors = self._ancestors_of(tool_name) if self._ancestors_of is not None else ()
+        # A denied ancestor is a hard ceiling over each tool beneath it: the tool's own row,
+        # whatever it says, cannot re-enable one, and an ancestor's allow grants nothing the
+        # tool's own row denies (ancestors only tighten, R-312, R-314).
+        for ancestor in ancestors:
+            if not await self._policy(member, ancestor, facts):
+                return False
         return await self._policy(member, tool_name, facts)
+
+    async def allowed_names(self, member: str, names: Sequence[str]) -> frozenset[str]:
+        """Those of ``names`` :meth:`allowed` would allow now, read in one statement (a
+        source's discovery checks up to thousands of tools at once)."""
+        names = [n for n in names
+                 if self._authorize is None or self._authorize(member, n)]
+        ancestry = {n: (self._ancestors_of(n) if self._ancestors_of is not None else ())
+                    for n in names}
+        wanted = sorted({*names, *(a for chain in ancestry.values() for a in chain)})
+        policies: dict[tuple[str, str], bool] = {}
+        async with self._store.transaction() as tx:
+            for start in range(0, len(wanted), 500):
+                rows = (await tx.session.execute(
+                    select(m.ToolPolicy.tool, m.ToolPolicy.member, m.ToolPolicy.allowed)
+                    .where(m.ToolPolicy.tool.in_(wanted[start:start + 500]),
+                           or_(m.ToolPolicy.member == member, m.ToolPolicy.member == "*"))
+                )).all()
+                policies.update({(tool, who): bool(ok) for tool, who, ok in rows})
+
+        def verdict(tool: str) -> bool:
+            own = policies.get((tool, member))
+            return own if own is not None else policies.get((tool, "*"), True)
+
+        return frozenset(n for n in names
+                         if all(verdict(a) for a in ancestry[n]) and verdict(n))
 
     async def _policy(self, member: str, tool_name: str,
                       facts: CallFactsView | None) -> bool:

@@ -13,7 +13,7 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kaizen_server_extension.agents import UNSCOPED, KnowledgeScope
 from kaizen_server_extension.host.run_host import ToolCaller
@@ -49,6 +49,7 @@ from kaizen_server_extension.protocol.tools import (
     ToolOutcome,
 )
 from kaizen_server_extension.resources import NO_RESOURCES, AdmittedResources
+from kaizen_server_extension.settings import OPENAPI_SOURCES_SERVICE
 from kaizen_server_extension.store.documents import DocumentStore
 from kaizen_server_extension.store.hashline_state import StoredWorkspaceState
 from kaizen_server_extension.store.history import HistorySearch
@@ -61,7 +62,6 @@ from kaizen_server_extension.tools.discovery import TOOL_SEARCH_NAME
 from kaizen_server_extension.tools.mcp_sources import (
     NOTHING_DISCOVERED,
     SESSIONS_SERVICE,
-    Discovered,
     McpSources,
     RunSessions,
 )
@@ -70,7 +70,15 @@ from kaizen_server_extension.tools.pipeline import ToolPipeline
 from kaizen_server_extension.tools.ports import CallFactsView, CallScope
 from kaizen_server_extension.tools.registry import ToolRegistry
 from kaizen_server_extension.tools.services import ToolServices
-from kaizen_server_extension.tools.types import RegisteredTool, ToolDescriptor
+from kaizen_server_extension.tools.types import (
+    SOURCES_ROOT,
+    Discovered,
+    RegisteredTool,
+    ToolDescriptor,
+)
+
+if TYPE_CHECKING:  # loaded only when the feature is on (app.py)
+    from kaizen_server_extension.tools.openapi_sources import OpenApiSources
 
 log = logging.getLogger("kaizen.tools")
 
@@ -210,9 +218,10 @@ class PipelineToolBackend:
         self._registry = registry
         self._discovery = discovery_enabled
         self._mcp: McpSources | None = None
+        self._openapi: OpenApiSources | None = None
         # The credential quarantine's port (docs/credentials.md); None: credentials are off.
         self._credentials: Any = None
-        self.permissions = StorePermissions(store, authorize, parent_of=self._parent_of)
+        self.permissions = StorePermissions(store, authorize, ancestors_of=self._ancestors_of)
         self._metrics = metrics
         self._guardrails = guardrails
         self._agents = AgentRoster(store)
@@ -242,6 +251,15 @@ class PipelineToolBackend:
     def mcp(self) -> McpSources | None:
         return self._mcp
 
+    def attach_openapi(self, sources: OpenApiSources) -> None:
+        """The members' external OpenAPI sources (KAIZEN_OPENAPI_SOURCES_ENABLED,
+        docs/openapi-sources.md); never attached while the feature is off."""
+        self._openapi = sources
+
+    @property
+    def openapi(self) -> OpenApiSources | None:
+        return self._openapi
+
     def attach_credentials(self, service: Any) -> None:
         """The credential broker's port for credential-backed tools (set at server start)."""
         self._credentials = service
@@ -250,39 +268,61 @@ class PipelineToolBackend:
     def credentials(self) -> Any:
         return self._credentials
 
-    def _parent_of(self, tool: str) -> str | None:
-        """The policy selector above ``tool`` (an MCP tool's server), else None."""
-        return self._mcp.parent_of(tool) if self._mcp is not None else None
+    def _ancestors_of(self, tool: str) -> tuple[str, ...]:
+        """The policy selectors above ``tool``, root first: for a source tool the sources
+        root, its family and its source (docs/tool-policies.md); none for a built-in."""
+        if self._openapi is not None and (found := self._openapi.ancestors_of(tool)):
+            return found
+        if self._mcp is not None:
+            if tool == "mcp":
+                return (SOURCES_ROOT,)
+            server = self._mcp.parent_of(tool)
+            if server is not None:
+                return (SOURCES_ROOT, "mcp", server)
+            if self._mcp.knows(tool):
+                return (SOURCES_ROOT, "mcp")
+        return ()
 
-    def policy_name_known(self, name: str) -> bool:
-        """Whether an admin tool policy may name ``name``: a registered tool, an enabled MCP
-        server's selector (``mcp__<id>``), or a tool name under one."""
-        return (name in self._registry or (self._mcp is not None and self._mcp.knows(name))
-                or (self._credentials is not None
-                    and self._credentials.policy_name_known(name)))
+    async def policy_name_known(self, name: str) -> bool:
+        """Whether an admin tool policy may name ``name``: a registered tool, the sources
+        root, an enabled MCP server's selector (``mcp__<id>``) or a tool name under one,
+        (with the feature on) the OpenAPI family, an existing source or a tool under it, or
+        (with credentials on) a credential destination's selector (``credentials__<id>``)."""
+        if name in self._registry:
+            return True
+        if name == SOURCES_ROOT and (self._mcp is not None or self._openapi is not None):
+            return True
+        if self._mcp is not None and (name == "mcp" or self._mcp.knows(name)):
+            return True
+        if self._credentials is not None and self._credentials.policy_name_known(name):
+            return True
+        return self._openapi is not None and await self._openapi.policy_name_known(name)
 
     async def discover(self, *, agent: AgentRecord, member: str) -> Discovered:
-        """The source tools this run may use, discovered now as ``member`` (docs/mcp.md).
+        """The source tools this run may use, discovered now as ``member`` (docs/mcp.md,
+        docs/openapi-sources.md).
 
-        Only servers the agent grants are contacted (R-066); each tool must be granted by the
-        agent (its server or its exact name) and allowed to the member by admin policy, the
-        server's policy included, at this instant. A server that fails gives nothing (R-065).
+        Only sources the agent grants are contacted (R-066); each tool must be granted by the
+        agent (its source or its exact name) and allowed to the member by admin policy, its
+        ancestors included, at this instant. A source that fails gives nothing (R-065).
         """
-        if self._mcp is None:
-            return NOTHING_DISCOVERED
-        servers = self._mcp.granted_servers(agent.id, agent.tool_ceiling)
-        found = await self._mcp.discover(servers)
-        kept = []
-        for registered in found.tools:
-            name = registered.descriptor.name
-            server = self._mcp.servers[str(registered.descriptor.extra["mcp_server"])]
-            if not self._mcp.agent_grants(server, agent.id, agent.tool_ceiling, name):
-                continue
-            if name in self._registry:
-                continue  # a registered tool's name is never taken over by a source
-            if await self.permissions.allowed(member, name):
-                kept.append(registered)
-        return Discovered(tuple(kept), found.unavailable)
+        found = NOTHING_DISCOVERED
+        if self._mcp is not None:
+            servers = self._mcp.granted_servers(agent.id, agent.tool_ceiling)
+            mcp_found = await self._mcp.discover(servers)
+            granted = tuple(
+                t for t in mcp_found.tools if self._mcp.agent_grants(
+                    self._mcp.servers[str(t.descriptor.extra["mcp_server"])], agent.id,
+                    agent.tool_ceiling, t.descriptor.name))
+            found = found + Discovered(granted, mcp_found.unavailable)
+        if self._openapi is not None:
+            found = found + await self._openapi.discover(member, agent.tool_ceiling)
+        # A registered tool's name is never taken over by a source.
+        candidates = [t for t in found.tools if t.descriptor.name not in self._registry]
+        allowed = await self.permissions.allowed_names(
+            member, [t.descriptor.name for t in candidates])
+        kept = tuple(t for t in candidates if t.descriptor.name in allowed)
+        return Discovered(kept, found.unavailable)
 
     def attach_run_code(self, service: Any) -> None:
         """Make the kernel service reachable from the run_code tool (set at server start)."""
@@ -477,11 +517,19 @@ class PipelineToolBackend:
             resources=tools.resources,
             # What the agent retrieves over, narrowing the member's access (R-002).
             knowledge_scope=tools.knowledge_scope,
+            extra=self._extra_services(tools))
+        return call
+
+    def _extra_services(self, tools: FrozenTools) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if self._mcp is not None and tools.sources:
             # The run's MCP sessions: a server is connected (a stdio one started) at its
             # first call of the run and reused until idle (docs/mcp.md).
-            extra={SESSIONS_SERVICE: RunSessions(self._mcp)} if self._mcp is not None
-            and tools.sources else {})
-        return call
+            extra[SESSIONS_SERVICE] = RunSessions(self._mcp)
+        if self._openapi is not None:
+            # The member's OpenAPI sources, for manage_openapi_sources.
+            extra[OPENAPI_SOURCES_SERVICE] = self._openapi
+        return extra
 
     async def _await_decision(self, approval_id: str, cancelled: asyncio.Event) -> str:
         while True:

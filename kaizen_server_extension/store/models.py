@@ -1073,3 +1073,35 @@ class CredentialReceipt(Base):
             name="kind_status"),
         CheckConstraint("(status = 'claimed') = (settled_at IS NULL)", name="settled"),
     )
+
+
+# --- external OpenAPI sources (migration 0017) ---------------------------------------------
+
+#: A member owns at most this many external OpenAPI sources (R-402): the slot column and its
+#: CHECK hold it in the database, one slot per source.
+MAX_OPENAPI_SOURCES_PER_MEMBER = 100
+
+
+class OpenApiSource(Base):
+    """A member's external OpenAPI source: a pointer only (R-376) — never a copy of the
+    schema, a response or a credential. ``slot`` is unique per owner and below
+    :data:`MAX_OPENAPI_SOURCES_PER_MEMBER`, so the database refuses a 101st source."""
+
+    __tablename__ = "openapi_sources"
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    owner: Mapped[str] = mapped_column(ForeignKey("members.id"))
+    slot: Mapped[int] = mapped_column(Integer)
+    schema_url: Mapped[str] = mapped_column(String(2048))
+    api_base: Mapped[str] = mapped_column(String(2048))
+    cross_origin: Mapped[bool] = mapped_column(Boolean)
+    enabled: Mapped[bool] = mapped_column(Boolean)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        UniqueConstraint("owner", "slot", name="uq_openapi_sources_owner_slot"),
+        CheckConstraint(f"slot >= 0 AND slot < {MAX_OPENAPI_SOURCES_PER_MEMBER}", name="slot"),
+        CheckConstraint("schema_url LIKE 'https://%'", name="schema_url_https"),
+        CheckConstraint("api_base LIKE 'https://%'", name="api_base_https"),
+    )

@@ -733,6 +733,15 @@ class FakeOpenAI:
         requests: list[dict[str, Any]] = response.json()["requests"]
         return requests
 
+    def offered(self, text: str) -> set[str]:
+        """The tool names offered with the first request whose last user message contains
+        ``text`` (what a turn's first model step was given to call)."""
+        for body in self.requests():
+            users = [msg for msg in body.get("messages") or [] if msg.get("role") == "user"]
+            if users and text in str(users[-1].get("content")):
+                return {t["function"]["name"] for t in body.get("tools") or []}
+        raise AssertionError(f"the model was never asked about {text!r}")
+
     @property
     def connection_count(self) -> int:
         """How many client connections completion requests arrived on since start."""

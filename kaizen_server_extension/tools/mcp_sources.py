@@ -39,6 +39,7 @@ from kaizen_server_extension.protocol.errors import MemberSafeError
 from kaizen_server_extension.protocol.tools import Capability, WriteCategory
 from kaizen_server_extension.tools.types import (
     MAX_TIMEOUT_S,
+    Discovered,
     RegisteredTool,
     RoomClass,
     ToolContext,
@@ -181,14 +182,6 @@ class McpUnavailable(MemberSafeError):
 
 class McpCallFailed(Exception):
     """The server failed after the call was sent (its outcome is unknown for a write)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Discovered:
-    """What one run's discovery found: tools, and the servers that gave none (down)."""
-
-    tools: tuple[RegisteredTool, ...] = ()
-    unavailable: tuple[str, ...] = ()
 
 
 NOTHING_DISCOVERED = Discovered()

@@ -157,3 +157,19 @@ class RegisteredTool:
     # The tool's own resource authorization, run by the pipeline's write-guard step after any
     # approval and immediately before execution (R-226), in a read-only transaction (R-365).
     authorize: AuthorizeImpl | None = None
+
+
+#: The root of the admin policy tree over every source tool (MCP servers, OpenAPI sources):
+#: a ceiling that only tightens (R-312, docs/tool-policies.md).
+SOURCES_ROOT = "sources"
+
+
+@dataclass(frozen=True, slots=True)
+class Discovered:
+    """What one run's discovery found: tools, and the sources that gave none (down)."""
+
+    tools: tuple[RegisteredTool, ...] = ()
+    unavailable: tuple[str, ...] = ()
+
+    def __add__(self, other: Discovered) -> Discovered:
+        return Discovered(self.tools + other.tools, self.unavailable + other.unavailable)

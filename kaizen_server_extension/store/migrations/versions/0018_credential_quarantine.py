@@ -1,7 +1,7 @@
 """credential quarantine: remembered credentials, sealed, and credential-free receipts
 
 Revision ID: 0018
-Revises: 0019
+Revises: 0017
 Create Date: 2026-12-04
 
 ``credential_secrets`` holds only the credentials a member explicitly chose to remember,
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0018"
-down_revision = "0019"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 
