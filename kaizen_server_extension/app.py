@@ -362,6 +362,14 @@ class KaizenApp(ExtensionApp):
         except DestinationInvalid as exc:
             self._refuse_to_start(f"Invalid setting KAIZEN_CREDENTIAL_DESTINATIONS: {exc}")
         tools.attach_credentials(service)
+        if tools.openapi is not None:
+            # Each security scheme of a member's source is a destination (docs/credentials.md).
+            from kaizen_server_extension.credentials.openapi_destinations import (
+                OpenApiDestinations,
+            )
+
+            service.destinations.attach(OpenApiDestinations(tools.openapi,
+                                                            tools.permissions.allowed))
         return service
 
     def _mcp_sources(self, settings: KaizenSettings) -> Any:
@@ -401,7 +409,8 @@ class KaizenApp(ExtensionApp):
                             stale_s=settings.KAIZEN_OPENAPI_SCHEMA_STALE_SECONDS)
         return OpenApiSources(OpenApiSourceStore(store), egress, cache,
                               cross_origin_enabled=settings.KAIZEN_OPENAPI_CROSS_ORIGIN_ENABLED,
-                              timeout_s=settings.KAIZEN_OPENAPI_TIMEOUT_SECONDS)
+                              timeout_s=settings.KAIZEN_OPENAPI_TIMEOUT_SECONDS,
+                              credentials_enabled=settings.KAIZEN_CREDENTIALS_ENABLED)
 
     def _model_gateway(self, settings: KaizenSettings,
                        plugins: LoadedPlugins) -> tuple[Any, str, Any]:

@@ -23,17 +23,15 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 from urllib.parse import urlsplit
 
+from kaizen_server_extension.policy.credential_arguments import RESERVED_CREDENTIAL_HEADERS
+
 SchemeKind = Literal["bearer", "header", "basic", "cookie", "query"]
 SCHEME_KINDS: tuple[str, ...] = ("bearer", "header", "basic", "cookie", "query")
 DESTINATION_ID_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 #: A header, cookie or query name a scheme may set.
 PARAMETER_NAME_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
 #: Headers a scheme may never set: the ones that route, frame or identify the request.
-RESERVED_HEADERS = frozenset({
-    "host", "content-length", "transfer-encoding", "connection", "te", "upgrade",
-    "proxy-authorization", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto",
-    "forwarded",
-})
+RESERVED_HEADERS = RESERVED_CREDENTIAL_HEADERS
 POLICY_PREFIX = "credentials__"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 

@@ -35,13 +35,16 @@ from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.protocol.tools import Capability
 from kaizen_server_extension.store.credentials import CredentialRecords
 from kaizen_server_extension.store.store import Store
-from kaizen_server_extension.tools.ports import CREDENTIAL_DESTINATION_KEY
+from kaizen_server_extension.tools.ports import (
+    CREDENTIAL_DESTINATION_KEY,
+    CREDENTIAL_HANDLE_ARGUMENT,
+)
 from kaizen_server_extension.tools.types import RegisteredTool, ToolDescriptor
 
 #: The descriptor key that makes a tool credential-backed; its value is a destination id.
 DESTINATION_KEY = CREDENTIAL_DESTINATION_KEY
 #: The keyword a credential-backed tool's implementation receives its handle under.
-HANDLE_ARGUMENT = "credential"
+HANDLE_ARGUMENT = CREDENTIAL_HANDLE_ARGUMENT
 
 
 def credential_backed(registered: RegisteredTool, destination_id: str) -> RegisteredTool:

@@ -27,6 +27,13 @@ CREDENTIAL_REF_ARGUMENT = "credential_ref"
 CREDENTIAL_REF_RE = re.compile(r"^cref_[A-Za-z0-9_-]{22,64}$")
 
 MAX_DEPTH = 64
+#: Headers a credential may never be sent in: the ones that route, frame or identify a
+#: request (a credential destination or an OpenAPI security scheme naming one is refused).
+RESERVED_CREDENTIAL_HEADERS = frozenset({
+    "host", "content-length", "content-type", "transfer-encoding", "connection", "te",
+    "upgrade", "proxy-authorization", "x-forwarded-for", "x-forwarded-host",
+    "x-forwarded-proto", "forwarded", "user-agent", "accept", "if-none-match",
+})
 
 # Values that are a credential whatever field holds them.
 _VALUE_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -128,5 +135,5 @@ def url_credential(url: str) -> str | None:
     return None
 
 
-__all__ = ["CREDENTIAL_REF_ARGUMENT", "CREDENTIAL_REF_RE", "Finding", "find_credential",
-           "url_credential"]
+__all__ = ["CREDENTIAL_REF_ARGUMENT", "CREDENTIAL_REF_RE", "RESERVED_CREDENTIAL_HEADERS",
+           "Finding", "find_credential", "url_credential"]

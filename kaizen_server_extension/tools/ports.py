@@ -162,6 +162,8 @@ class ResourceAuthorizer(Protocol):
 #: The descriptor key that makes a tool credential-backed; its value is a destination id
 #: (docs/credentials.md). The pipeline then asks the :class:`CredentialPort` for the call.
 CREDENTIAL_DESTINATION_KEY = "credential_destination"
+#: The keyword a credential-backed tool's implementation receives its broker handle under.
+CREDENTIAL_HANDLE_ARGUMENT = "credential"
 
 
 class CallCredentialView(Protocol):
