@@ -348,15 +348,25 @@ class OpenApiSources:
             if document is None:
                 down.append(source.id)
                 continue
-            for operation in document.operations:
-                if operation.auth is not None and not self._credentials_enabled:
-                    continue
+            for operation in self.offerable(document)[0]:
                 descriptor = descriptor_for(source, operation, self._timeout_s)
                 if descriptor is None or not self.grants(ceiling, source.id, descriptor.name):
                     continue
                 tools.append(RegisteredTool(descriptor=descriptor,
                                             impl=self._impl(source, operation, descriptor)))
         return Discovered(tuple(tools), tuple(down))
+
+    def offerable(self, document: CompiledDocument) -> tuple[
+            tuple[CompiledOperation, ...], tuple[tuple[str, str], ...]]:
+        """The operations that can be offered here, and (where, reason) for those that
+        cannot: one that requires authentication needs the credential quarantine on."""
+        if self._credentials_enabled:
+            return document.operations, ()
+        usable = tuple(op for op in document.operations if op.auth is None)
+        unavailable = tuple((f"{op.method} {op.path}",
+                             "requires authentication, and credentials are not enabled")
+                            for op in document.operations if op.auth is not None)
+        return usable, unavailable
 
     async def _document(self, source: SourceRecord) -> CompiledDocument | None:
         try:
