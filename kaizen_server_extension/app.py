@@ -291,6 +291,7 @@ class KaizenApp(ExtensionApp):
                       plugins: LoadedPlugins,
                       events_link: PostgresLink | None) -> KaizenContext:
         """Tool registry, guarded pipeline, model gateway and the room lanes."""
+        from kaizen_server_extension.host.delegation import DelegationLimits
         from kaizen_server_extension.host.task_tools import TaskTools
         from kaizen_server_extension.host.tool_backend import PipelineToolBackend
         from kaizen_server_extension.lanes.scheduler import TaskScheduler
@@ -330,7 +331,12 @@ class KaizenApp(ExtensionApp):
                               default_model=model,
                               daily_tokens=settings.LLM_PER_USER_DAILY_TOKENS,
                               notebook_context_chars=settings.KAIZEN_NOTEBOOK_CONTEXT_CHARS,
-                              prompt_profile=profile),
+                              prompt_profile=profile,
+                              delegation=DelegationLimits(
+                                  max_depth=settings.KAIZEN_DELEGATION_MAX_DEPTH,
+                                  max_calls=settings.KAIZEN_DELEGATION_MAX_CALLS,
+                                  max_cycles=settings.KAIZEN_DELEGATION_MAX_CYCLES,
+                                  timeout_s=settings.KAIZEN_DELEGATION_TIMEOUT_SECONDS)),
             publish_live=bus.publish_run_live,
             lease=settings.run_lease(),
             # On PostgreSQL the events link's connection also holds this process's liveness,

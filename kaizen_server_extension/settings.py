@@ -190,6 +190,16 @@ class KaizenSettings(BaseModel):
     # Spec: defaults to 1 and is capped at 3.
     AGENT_STREAM_CORRECTION_MAX_ATTEMPTS: Annotated[int, Field(ge=0, le=3)] = 1
     AGENT_TOOL_DISCOVERY_ENABLED: bool = False
+    # --- delegation (invoke_agent, docs/delegation.md; R-060) -------------------------------
+    #: How many levels deep a delegation chain may go (0: invoke_agent refuses every call).
+    KAIZEN_DELEGATION_MAX_DEPTH: Annotated[int, Field(ge=0, le=4)] = 2
+    #: Delegations one run may make, at every depth together.
+    KAIZEN_DELEGATION_MAX_CALLS: Annotated[int, Field(ge=1, le=16)] = 4
+    #: Tool rounds of one delegated turn (never more than AGENT_LOOP_MAX_CYCLES).
+    KAIZEN_DELEGATION_MAX_CYCLES: Annotated[int, Field(ge=1, le=100)] = 4
+    #: How long one delegated turn may take, approvals it waits on included; below
+    #: invoke_agent's own 240 s deadline so the model reads the delegation's typed error.
+    KAIZEN_DELEGATION_TIMEOUT_SECONDS: Annotated[float, Field(ge=5, le=230)] = 180.0
 
     # --- the store -------------------------------------------------------------------------
     #: SQLAlchemy async URL; empty: SQLite in the Jupyter data dir.

@@ -167,7 +167,9 @@ def openapi_document(*, library: bool = True, openapi_sources: bool = False,
                                  "data": {"type": "object", "description": (
                                      "Depends on type: ToolRequestedData for "
                                      "tool.requested, ToolSettledData for tool.settled, "
-                                     "ProtocolFailedData for protocol.failed. Text the "
+                                     "AnswerCommittedData for answer.committed, "
+                                     "ProtocolFailedData for protocol.failed; any event of a "
+                                     "delegated turn carries a DelegationMarker. Text the "
                                      "databases cannot store (U+0000, unpaired surrogates) "
                                      "in a tool's output or arguments or in a model's "
                                      "answer is journaled escaped: then every string of "
@@ -189,6 +191,7 @@ def openapi_document(*, library: bool = True, openapi_sources: bool = False,
                                              "credentials redacted, bounded ({truncated, "
                                              "preview} when long)."},
                 "text_escaped": _TEXT_ESCAPED,
+                "delegation": _ref("DelegationMarker"),
                 "placeholders": {
                     "type": "array", "items": _ref("GenerationPlaceholder"),
                     "description": "run_code only, and only when its arguments pass the "
@@ -215,6 +218,10 @@ def openapi_document(*, library: bool = True, openapi_sources: bool = False,
                             "description": "The bounded, redacted projection the model got."},
                 "closes_turn": {"type": "boolean"},
                 "text_escaped": _TEXT_ESCAPED,
+                "delegation": _ref("DelegationMarker"),
+                "delegated": {"type": "boolean", "const": True, "description": (
+                    "Present when the call handed work to another agent (invoke_agent); "
+                    "what that agent did is in the events carrying its DelegationMarker.")},
                 "denied": {
                     "enum": ["staged_protocol_unavailable"],
                     "description": "Present when the call was refused before anything ran "
@@ -250,6 +257,37 @@ def openapi_document(*, library: bool = True, openapi_sources: bool = False,
                                    "on-screen marker in content was replaced with 'nothing "
                                    "was rendered; do not describe rows or images you were "
                                    "not given' (R-277, R-278)."}}},
+        "DelegationMarker": {
+            "type": "object", "required": ["id", "agent_id", "depth"],
+            "description": "Present on the events of a turn that invoke_agent delegated to "
+                           "another agent inside this run (model.step.started, "
+                           "tool.requested, tool.settled, ...): the child's activity, "
+                           "journaled in the parent run under the parent's member and "
+                           "authority. Its call ids are prefixed with the delegation id. The "
+                           "child's answer is not an answer.committed: it is the content of "
+                           "the parent's invoke_agent tool.settled, whose delegation_id is "
+                           "this id (docs/delegation.md).",
+            "properties": {"id": {"type": "string"}, "agent_id": {"type": "string"},
+                           "agent_version": {"type": "integer"},
+                           "depth": {"type": "integer", "minimum": 1}}},
+        "AnswerCommittedData": {
+            "type": "object", "required": ["step", "text"],
+            "description": "data of an answer.committed event: the answer as published, "
+                           "after the backend's guards.",
+            "properties": {
+                "step": {"type": "integer"}, "text": {"type": "string"},
+                "model": {"type": ["string", "null"]}, "usage": {"type": "object"},
+                "citations_removed": {
+                    "type": "integer", "description": "How many citations the answer made "
+                    "that this turn's evidence does not hold were removed (R-071)."},
+                "grounding": {
+                    "enum": ["no_support"], "description": "The turn was grounded (a Search "
+                    "agent's, or it called a retrieval tool) and found no support, so text "
+                    "is the policy's statement that nothing supports an answer instead of "
+                    "what the model wrote (R-103; docs/retrieval.md)."},
+                "replaced_chars": {"type": "integer", "description": "With grounding: the "
+                                   "length of the model's text that was not published."},
+                "text_escaped": _TEXT_ESCAPED}},
         "ProtocolFailedData": {
             "type": "object",
             "required": ["step", "protocol", "reason", "call_id", "name", "calls_not_run"],

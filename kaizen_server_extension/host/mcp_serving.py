@@ -32,6 +32,7 @@ from kaizen_server_extension.store.core import audit_insert
 from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.tools.pipeline import ToolPipeline
 from kaizen_server_extension.tools.ports import CallFactsView
+from kaizen_server_extension.tools.settlement import delegates
 from kaizen_server_extension.tools.types import RegisteredTool, RoomClass, ToolDescriptor
 
 #: Surfaces whose read tools only make sense inside a run (its chat canvas, its catalog).
@@ -43,8 +44,10 @@ VIA = "mcp_server"
 def servable(descriptor: ToolDescriptor) -> bool:
     """A plain read that needs no run: declared read, no write category, offered by default
     (not grant-only), needing no other tool beside it in a run (request_document), allowed in
-    a private turn, and not a run-only presentation tool."""
+    a private turn, not a run-only presentation tool, and not a delegation (another agent's
+    turn runs inside a run's authority, host/delegation.py)."""
     return (descriptor.capability is Capability.READ
+            and not delegates(descriptor)
             and descriptor.write_category is WriteCategory.NONE
             and not descriptor.explicit_grant_only
             and not descriptor.requires_tools

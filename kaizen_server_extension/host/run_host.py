@@ -24,6 +24,12 @@ from typing import Any, Protocol
 
 from kaizen_server_extension.host.store_ports import HeldCallAudit
 from kaizen_server_extension.policy.citations import check_citations, evidence_references
+from kaizen_server_extension.policy.grounding import (
+    NO_SUPPORT_ANSWER,
+    NO_SUPPORT_REASON,
+    Retrieved,
+    unsupported_answer,
+)
 from kaizen_server_extension.policy.redaction import redact, redact_text, withhold
 from kaizen_server_extension.protocol.authority import (
     AuthorityBundle,
@@ -135,6 +141,9 @@ class RunHost:
         read_tools: frozenset[str] = frozenset(),
         withheld_arguments: Mapping[str, frozenset[str]] | None = None,
         settled: Iterable[ToolCallResult] = (),
+        mode: str = "chat",
+        attached_evidence: bool = False,
+        delegation: Mapping[str, Any] | None = None,
     ) -> None:
         self._store = store
         self._lane = lane
@@ -155,6 +164,15 @@ class RunHost:
         self._settled: list[ToolCallResult] = []
         self._model_facing: list[str] = []
         self._refused_answer = False
+        # The agent's mode and whether the turn has attached files: what the grounding
+        # guard reads besides the settled calls (R-103).
+        self._mode = mode
+        self._attached_evidence = attached_evidence
+        # Set for a delegated child's host: every event it journals carries this marker, so
+        # observers and recovery tell the child's activity from the run's own (R-060).
+        self._delegation = dict(delegation) if delegation is not None else None
+        # (settled calls read, unsupported then): the grounding guard's last reading.
+        self._support_read: tuple[int, bool] = (-1, False)
         for result in settled:
             self._remember(result)
 
@@ -204,6 +222,10 @@ class RunHost:
             "failure_domain": result.failure_domain.value, "content": result.content,
             "closes_turn": result.closes_turn,
         }
+        if result.delegated:
+            # The call handed work to another agent, whose own activity the run's calls do
+            # not show: a fallback asks the member to check it (R-049), after a resume too.
+            settled["delegated"] = True
         if result.denied is not None:
             # The typed reason a protocol operation was refused before it ran (R-252).
             settled["denied"] = result.denied.value
@@ -237,6 +259,10 @@ class RunHost:
     async def publish(self, bundle: AuthorityBundle, event: TraceEvent) -> None:
         self._verify(bundle)
         data = dict(event.data)
+        if event.kind == "answer.delta" and self._unsupported():
+            # A grounded turn without support publishes the no-support statement instead of
+            # this text (vetted_answer), so its guess is not streamed to observers either.
+            return
         if event.kind in LIVE_ONLY:
             self._publish_live(bundle.conversation_id, event.kind,
                                {"run_id": bundle.run_id, **data})
@@ -268,19 +294,50 @@ class RunHost:
             self._refused_answer = True
             return
         if event.kind == "answer.committed":
-            # Citation discipline (R-071): a Kaizen reference the answer cites must be one this
-            # turn's own successful tool results carried; any other is removed before it is
-            # published (policy/citations.py).
-            checked = check_citations(str(data.get("text", "")), evidence_references(
-                (r.name, r.content) for r in self._settled if not r.failed))
-            if checked.removed:
-                log.warning("run %s: removed %d citation(s) not among this turn's evidence",
-                            bundle.run_id, len(checked.removed))
-                data["text"] = checked.text
-                data["citations_removed"] = len(checked.removed)
+            text, notes = self.vetted_answer(str(data.get("text", "")))
+            data.update(notes, text=text)
         await self._journal(bundle, event.kind, data,
                             steps=1 if event.kind == "model.step.started" else 0,
                             durable=False)
+
+    def vetted_answer(self, text: str) -> tuple[str, dict[str, Any]]:
+        """The answer as it may be published, and what the guards changed (journaled with it).
+
+        * Citation discipline (R-071): a Kaizen reference the answer cites must be one this
+          turn's own successful tool results carried; any other is removed
+          (policy/citations.py).
+        * Grounding (R-103): a grounded turn that found no support publishes the policy's
+          statement that it found none instead of what the model wrote (policy/grounding.py).
+        """
+        notes: dict[str, Any] = {}
+        run_id = self._admitted.run_id
+        if self._unsupported():
+            if text.strip() != NO_SUPPORT_ANSWER:
+                log.warning("run %s: a grounded answer without support was replaced by the "
+                            "policy's no-support statement", run_id)
+                notes.update(grounding=NO_SUPPORT_REASON, replaced_chars=len(text))
+            return NO_SUPPORT_ANSWER, notes
+        checked = check_citations(text, evidence_references(
+            (r.name, r.content) for r in self._settled if not r.failed))
+        if checked.removed:
+            log.warning("run %s: removed %d citation(s) not among this turn's evidence",
+                        run_id, len(checked.removed))
+            notes["citations_removed"] = len(checked.removed)
+        return checked.text, notes
+
+    def _unsupported(self) -> bool:
+        """Whether this turn is grounded and, with what it has settled so far, unsupported
+        (R-103). Read once per settled call, not once per streamed delta."""
+        if self._support_read[0] != len(self._settled):
+            self._support_read = (len(self._settled), unsupported_answer(
+                self._mode, (Retrieved(r.name, r.content, r.failed, r.evidence)
+                                for r in self._settled),
+                attached_evidence=self._attached_evidence))
+        return self._support_read[1]
+
+    def settled_results(self) -> tuple[ToolCallResult, ...]:
+        """This host's settled results so far (a delegated child's evidence)."""
+        return tuple(self._settled)
 
     async def publish_terminal(self, bundle: AuthorityBundle,
                                outcome: TerminalOutcome) -> bool:
@@ -309,6 +366,8 @@ class RunHost:
         transaction, and are written even when the run is no longer ours (the call they
         record happened all the same)."""
         notify = self._store.notifies
+        if self._delegation is not None:
+            data = {**data, "delegation": self._delegation}
 
         def unit() -> Unit[str | None]:
             conversation = yield from live_conversation(bundle.run_id, bundle.fence,
@@ -335,6 +394,8 @@ class RunHost:
         uses them once, so a revocation still holds from the next call on."""
         name = str(data.get("name"))
         notify = self._store.notifies
+        if self._delegation is not None:
+            data = {**data, "delegation": self._delegation}
 
         def unit() -> Unit[CallFacts | None]:
             opened = yield from open_call(bundle.run_id, bundle.fence, name)

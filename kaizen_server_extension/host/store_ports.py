@@ -180,6 +180,10 @@ class StoreApprovalModes:
         return ApprovalMode(record.approval_mode if record else "ask_for_writes")
 
 
+#: Who a withdrawn approval request was decided by: the server, not a member.
+WITHDRAWN_BY = "kaizen"
+
+
 class StoreApprovals:
     """Approval requests, decisions and one-shot receipts."""
 
@@ -273,6 +277,34 @@ class StoreApprovals:
                                    "tool": tool, "scope": decided_scope}, run_id=run_id)
             return {"id": approval_id, "status": status, "run_id": run_id, "tool": tool,
                     "scope": decided_scope}
+
+    async def withdraw(self, approval_id: str) -> bool:
+        """Withdraw a request nobody waits for any more (the delegated turn that asked was cut
+        off): it is denied by the server, so a later decision finds it decided and nothing
+        runs, and the run waits on it no longer. True when it was still pending. A request of
+        a run that is no longer active is left as it is (the run's terminal settled it)."""
+        async with self._store.transaction() as tx:
+            request = await tx.session.get(m.Approval, approval_id)
+            run = await tx.session.get(m.Run, request.run_id) if request is not None else None
+            if run is None or run.status not in m.ACTIVE_RUN_STATUSES:
+                return False
+            withdrawn = (await tx.session.execute(
+                update(m.Approval)
+                .where(m.Approval.id == approval_id, m.Approval.status == "pending")
+                .values(status="denied", decided_by=WITHDRAWN_BY, decided_at=utcnow())
+                .returning(m.Approval.run_id, m.Approval.conversation_id, m.Approval.tool)
+            )).first()
+            if withdrawn is None:
+                return False
+            run_id, conversation_id, tool = withdrawn
+            await tx.session.execute(
+                update(m.Run).where(m.Run.id == run_id, m.Run.status == "awaiting_approval")
+                .values(status="running"))
+            await tx.append_event(conversation_id, "approval.decided", WITHDRAWN_BY,
+                                  {"approval_id": approval_id, "decision": "denied",
+                                   "tool": tool, "scope": "call", "withdrawn": True},
+                                  run_id=run_id)
+        return True
 
     async def status(self, approval_id: str) -> str:
         async with self._store.transaction() as tx:

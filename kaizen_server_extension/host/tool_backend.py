@@ -69,7 +69,8 @@ from kaizen_server_extension.tools.metrics import ToolMetrics
 from kaizen_server_extension.tools.pipeline import ToolPipeline
 from kaizen_server_extension.tools.ports import CallFactsView, CallScope
 from kaizen_server_extension.tools.registry import ToolRegistry
-from kaizen_server_extension.tools.services import ToolServices
+from kaizen_server_extension.tools.services import AgentDelegation, ToolServices
+from kaizen_server_extension.tools.settlement import delegates
 from kaizen_server_extension.tools.types import (
     SOURCES_ROOT,
     Discovered,
@@ -85,6 +86,11 @@ log = logging.getLogger("kaizen.tools")
 #: How often a waiting call looks at its approval row; decisions also arrive over REST in
 #: another process, so the row, not an in-process signal, is the authority.
 APPROVAL_POLL_S = 0.25
+#: Server-authored routing grants by agent mode (R-307), under a prompt profile that routes
+#: specialists (a small model's): a Search-mode agent's turn calls ``search`` on its first
+#: step, so its answer rests on retrieved evidence rather than the model's recollection.
+#: Visibility and order only: the tool must already be in the agent's frozen catalog.
+ROUTED_FIRST_TOOL: dict[str, str] = {"search": "search"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +116,9 @@ class FrozenTools:
     # The run's source tools (MCP servers) by name, discovered at admission for this run only:
     # never registered server-wide, so no other run can reach them.
     sources: Mapping[str, RegisteredTool] = dataclasses.field(default_factory=dict)
+    # True for the tools of a delegated turn inside the run (host/delegation.py), narrowed
+    # from the run's own.
+    delegated: bool = False
 
     def declared(self, name: str) -> ToolDescriptor | None:
         """The frozen catalog's declaration of ``name``, or None when it has no such tool."""
@@ -384,6 +393,9 @@ class PipelineToolBackend:
             earned=earned,
             attached=attached,
             description_chars=profile.description_chars,
+            # A turn's routing grant: an agent of a specialist mode calls its tool first.
+            routed=ROUTED_FIRST_TOOL.get(agent.mode)
+            if request_text and profile.routes_specialists else None,
         )
 
     def freeze(self, *, agent: AgentRecord, conversation: ConversationRecord, member: str,
@@ -440,7 +452,8 @@ class PipelineToolBackend:
             raise resolved.error()
 
     def caller(self, *, bundle: AuthorityBundle, tools: FrozenTools,
-               cancelled: asyncio.Event) -> ToolCaller:
+               cancelled: asyncio.Event,
+               delegation: AgentDelegation | None = None) -> ToolCaller:
         catalog = tools.catalog
         assert isinstance(catalog, FrozenCatalog)
         registered_tools: dict[str, RegisteredTool] = {}
@@ -497,16 +510,27 @@ class PipelineToolBackend:
                         result = _with_reveals(result, deferred_names, callable_now)
                     return result
                 except ApprovalPending as pending:
-                    decision = await self._await_decision(pending.approval_id, cancelled)
+                    try:
+                        decision = await self._await_decision(pending.approval_id, cancelled)
+                    except asyncio.CancelledError:
+                        # A delegated turn cut off (out of time) while it waited: the parent
+                        # carries on, so the request is withdrawn and no later decision runs
+                        # it. A run's own wait is left as it is: the run is cancelled or
+                        # stopping, and recovery settles a run that waited (resume.py).
+                        if tools.delegated:
+                            await asyncio.shield(self._withdraw(pending.approval_id))
+                        raise
                     if decision == "denied":
                         return _declined(request, catalog)
                     # Approved: run the call again; the pipeline consumes the one-shot
                     # receipt and reruns every guardrail before executing (R-238).
 
-        # A kernel may call back only the catalog's read tools, through this same pipeline.
+        # A kernel may call back only the catalog's read tools, through this same pipeline;
+        # starting another agent's turn is not a read a kernel makes.
         bridge = BridgeBinding(bundle, call, {
             name: d.capability for name, d in catalog.descriptors.items()
-            if d.capability is Capability.READ and name != "run_code"})
+            if d.capability is Capability.READ and name != "run_code"
+            and not delegates(d)})
         services = ToolServices(
             artifacts=self._artifacts, agents=self._agents, run_code=self._run_code,
             bridge=bridge, workspace_store=self._workspace_store, notebooks=self._notebooks,
@@ -517,6 +541,8 @@ class PipelineToolBackend:
             resources=tools.resources,
             # What the agent retrieves over, narrowing the member's access (R-002).
             knowledge_scope=tools.knowledge_scope,
+            # Another agent's turn inside this run's authority (invoke_agent, R-060).
+            delegation=delegation,
             extra=self._extra_services(tools))
         return call
 
@@ -530,6 +556,13 @@ class PipelineToolBackend:
             # The member's OpenAPI sources, for manage_openapi_sources.
             extra[OPENAPI_SOURCES_SERVICE] = self._openapi
         return extra
+
+    async def _withdraw(self, approval_id: str) -> None:
+        try:
+            if await self.approvals.withdraw(approval_id):
+                log.info("withdrew approval request %s: nothing waits for it", approval_id)
+        except Exception:
+            log.exception("could not withdraw approval request %s", approval_id)
 
     async def _await_decision(self, approval_id: str, cancelled: asyncio.Event) -> str:
         while True:

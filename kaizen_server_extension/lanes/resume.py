@@ -17,7 +17,7 @@ capabilities against the run's frozen catalog before it resumes anything.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -51,14 +51,28 @@ class DanglingCall:
     call_id: str
     name: str
     step: int
+    #: The marker of the delegated turn that made the call (host/delegation.py), if any.
+    delegation: Mapping[str, object] | None = None
 
     def rebuilt(self, capability: Capability | None) -> dict[str, object]:
         """The ``tool.settled`` data journaled for it: an error with an unknown outcome."""
-        return {"step": self.step, "call_id": self.call_id, "name": self.name,
-                "outcome": ToolOutcome.ERROR.value, "reason": "interrupted", "rebuilt": True,
-                "capability": (capability or Capability.UNDECLARED).value,
-                "failure_domain": FailureDomain.NONE.value, "content": INTERRUPTED_CONTENT,
-                "closes_turn": False}
+        data: dict[str, object] = {
+            "step": self.step, "call_id": self.call_id, "name": self.name,
+            "outcome": ToolOutcome.ERROR.value, "reason": "interrupted", "rebuilt": True,
+            "capability": (capability or Capability.UNDECLARED).value,
+            "failure_domain": FailureDomain.NONE.value, "content": INTERRUPTED_CONTENT,
+            "closes_turn": False}
+        if self.delegation is not None:
+            data["delegation"] = dict(self.delegation)
+        return data
+
+
+def _delegated(data: Mapping[str, object]) -> Mapping[str, object] | None:
+    """The delegation marker of a child turn's event: such events are the child's history,
+    not the run's own, and never enter the resumed transcript. A child's call that never
+    settled is still a dangling call of the run (its capability decides the recovery)."""
+    marker = data.get("delegation")
+    return marker if isinstance(marker, Mapping) else None
 
 
 @dataclass(slots=True)
@@ -91,6 +105,15 @@ class RunJournal:
         closed = False
         for event in ordered:
             data = event.data
+            marker = _delegated(data)
+            if marker is not None:
+                if event.type == "tool.requested":
+                    call_id = str(data.get("call_id", ""))
+                    requested[call_id] = DanglingCall(call_id, str(data.get("name", "")),
+                                                      _int(data.get("step")), marker)
+                elif event.type == "tool.settled":
+                    settled.add(str(data.get("call_id", "")))
+                continue
             if event.type == "model.step.started":
                 steps = max(steps, _int(data.get("step")))
                 synthesis = synthesis or bool(data.get("synthesis"))
@@ -123,6 +146,8 @@ class RunJournal:
         corrections = 0
         for event in self.events:
             data = event.data
+            if _delegated(data) is not None:
+                continue
             if event.type == "tool.requested":
                 step = _int(data.get("step"))
                 last = blocks[-1] if blocks else None
@@ -184,6 +209,7 @@ def _result(call: ToolCall, data: dict[str, object]) -> ToolCallResult:
         evidence=outcome is ToolOutcome.OK and bool(content.strip()),
         closes_turn=bool(data.get("closes_turn")),
         may_have_effect=capability is not Capability.READ,
+        delegated=bool(data.get("delegated")),
     )
 
 

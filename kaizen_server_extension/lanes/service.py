@@ -24,6 +24,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from kaizen_server_extension.host.bundle import admitted_bundle, recorded_admission, resource_digest
+from kaizen_server_extension.host.delegation import (
+    DEFAULT_DELEGATION_LIMITS,
+    INVOKE_AGENT,
+    DelegationLimits,
+    RunDelegation,
+)
 from kaizen_server_extension.host.run_host import LivePublisher, RunHost, ToolCaller
 from kaizen_server_extension.host.tool_backend import FrozenTools
 from kaizen_server_extension.lanes.artifact_stream import UPDATE_TOOL, checkpointed_step
@@ -79,6 +85,7 @@ from kaizen_server_extension.store.tasks import CHAT_POSTURE, TaskStore
 from kaizen_server_extension.store.usage import DailyTokenCapReached, UsageLedger
 from kaizen_server_extension.tools.manifest import STAGED_ARTIFACT_TOOLS
 from kaizen_server_extension.tools.mcp_sources import NOTHING_DISCOVERED, Discovered
+from kaizen_server_extension.tools.services import AgentDelegation
 
 log = logging.getLogger("kaizen.lanes")
 
@@ -118,7 +125,8 @@ class ToolBackend(Protocol):
                                  member: str) -> ResolvedAttachments: ...
 
     def caller(self, *, bundle: AuthorityBundle, tools: FrozenTools,
-               cancelled: asyncio.Event) -> ToolCaller: ...
+               cancelled: asyncio.Event,
+               delegation: AgentDelegation | None = None) -> ToolCaller: ...
 
 
 class ModelGatewayPort(Protocol):
@@ -135,6 +143,8 @@ class LaneConfig:
     notebook_context_chars: int = DEFAULT_CONTEXT_CHARS  # KAIZEN_NOTEBOOK_CONTEXT_CHARS
     #: The model provider's prompt profile (its context budget, models/profiles.py).
     prompt_profile: PromptProfile = FULL
+    #: The bounds of invoke_agent's delegated turns (KAIZEN_DELEGATION_*).
+    delegation: DelegationLimits = DEFAULT_DELEGATION_LIMITS
 
 
 class LaneService:
@@ -359,7 +369,8 @@ class LaneService:
         manifest = await self._manifest(run, bundle, agent, conversation, tools,
                                         compress=compress)
 
-        await self._drive_turn(run, bundle, tools, manifest, model, gateway, cancelled)
+        await self._drive_turn(run, bundle, tools, manifest, model, gateway, cancelled,
+                               mode=agent.mode)
 
     async def _freeze(self, run: RunRecord, agent: AgentRecord,
                       conversation: ConversationRecord, text: str,
@@ -448,7 +459,8 @@ class LaneService:
     async def _drive_turn(self, run: RunRecord, bundle: AuthorityBundle, tools: FrozenTools,
                           manifest: RunManifest, model: str, gateway: ModelGatewayPort,
                           cancelled: asyncio.Event, resume: ResumePoint | None = None,
-                          controller_name: str = DEFAULT_CONTROLLER) -> None:
+                          controller_name: str = DEFAULT_CONTROLLER,
+                          mode: str = "chat") -> None:
         """The turn controller over this run's trusted host, from the start or from the
         point a recovery rebuilt from the journal."""
         cap = self._config.daily_tokens
@@ -469,12 +481,26 @@ class LaneService:
             except DailyTokenCapReached:
                 raise ModelStepError("daily_token_cap_reached", retryable=False) from None
 
+        # invoke_agent's child turns, within this run's member, selection, budgets and
+        # approvals (host/delegation.py, R-060); a resumed run keeps counting its delegations.
+        delegation = RunDelegation(
+            store=self.store, lane=self.lane, lease=self.lease, bundle=bundle, tools=tools,
+            backend=self._tools, model_stream=model_stream, cancelled=cancelled,
+            budgets=self._config.budgets, correction_rules=self._config.correction_rules,
+            limits=self._config.delegation,
+            compact_prompt=self._config.prompt_profile.compact_prompt,
+            compress_tool_results=manifest.compress_tool_results,
+            calls_made=sum(1 for r in (resume.results if resume is not None else ())
+                           if r.name == INVOKE_AGENT))
         host = RunHost(
             store=self.store, lane=self.lane, bundle=bundle, model_stream=model_stream,
-            call_tool=self._tools.caller(bundle=bundle, tools=tools, cancelled=cancelled),
+            call_tool=self._tools.caller(bundle=bundle, tools=tools, cancelled=cancelled,
+                                         delegation=delegation),
             publish_live=self._publish_live, lease=self.lease,
             read_tools=tools.read_tools, withheld_arguments=tools.withheld_arguments,
             settled=resume.results if resume is not None else (),
+            # The grounding guard reads the agent's mode and the turn's attached files (R-103).
+            mode=mode, attached_evidence=bool(tools.resources),
         )
         controller = controller_for(controller_name, host, manifest, resume=resume)
         if controller is None:  # only a recovery can name one; it checked already
@@ -635,7 +661,8 @@ class LaneService:
         manifest = await self._manifest(run, bundle, agent, conversation, tools,
                                         compress=compress)
         await self._drive_turn(run, bundle, tools, manifest, run.model, gateway, cancelled,
-                               resume=point, controller_name=str(controller_name))
+                               resume=point, controller_name=str(controller_name),
+                               mode=agent.mode)
 
     async def _settle_recovered(self, run: RunRecord, rebuilt: list[dict[str, Any]],
                                 status: str, reason: str, data: dict[str, Any]) -> None:

@@ -17,6 +17,9 @@ place (``lanes/service.py``):
   opt out of.
 * ``description_chars``: each tool's description as projected for this run is cut at a
   sentence end within this many characters (schemas are untouched, so validation is too).
+* ``routes_specialists``: a specialist agent's turn starts with the server's routing grant
+  (``host/tool_backend.py: ROUTED_FIRST_TOOL``; the Search agent searches first, R-307). A
+  large model follows its agent's persona; a small one answers from memory instead.
 
 ``FULL`` changes nothing; the built-in ``local`` provider uses ``COMPACT``.
 """
@@ -32,6 +35,7 @@ class PromptProfile:
     direct_tools: tuple[str, ...] | None = None
     compact_prompt: bool = False
     description_chars: int | None = None
+    routes_specialists: bool = False
 
     def __post_init__(self) -> None:
         if self.description_chars is not None and self.description_chars < 80:
@@ -43,7 +47,9 @@ class PromptProfile:
 
 
 FULL = PromptProfile("full")
-#: Small local models: run_code direct (the embedded model's job is analysis in a kernel),
-#: the rest behind tool_search, short grounding, short descriptions.
-COMPACT = PromptProfile("compact", direct_tools=("run_code",), compact_prompt=True,
-                        description_chars=700)
+#: Small local models: each default agent's own job direct — run_code (analysis in a
+#: kernel) and search (the Search agent's retrieval; a small model does not go looking for a
+#: tool it cannot see, and answers from memory instead) — when the agent has them; the rest
+#: behind tool_search, short grounding, short descriptions.
+COMPACT = PromptProfile("compact", direct_tools=("run_code", "search"), compact_prompt=True,
+                        description_chars=700, routes_specialists=True)

@@ -36,8 +36,10 @@ class CitationCheck:
 
 
 #: The tools whose results carry citations: their own ``citation`` fields, never the text
-#: they quote, are the turn's citable sources.
-CITING_TOOLS = frozenset({"search", "query_document", "conversation_history_search"})
+#: they quote, are the turn's citable sources. ``invoke_agent`` lists only the citations its
+#: child's own retrieval verified (host/delegation.py), so a delegated source stays traceable.
+CITING_TOOLS = frozenset({"search", "query_document", "conversation_history_search",
+                          "invoke_agent"})
 
 
 def evidence_references(results: Iterable[tuple[str, str]]) -> frozenset[str]:

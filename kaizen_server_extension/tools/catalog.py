@@ -121,6 +121,7 @@ def freeze_catalog(
     earned: Sequence[str] = (),
     attached: Sequence[str] = (),
     description_chars: int | None = None,
+    routed: str | None = None,
 ) -> FrozenCatalog:
     """Apply the filters above and freeze the result.
 
@@ -132,6 +133,10 @@ def freeze_catalog(
     enters whole (R-301). ``description_chars`` bounds each projected description.
     ``attached`` are a saved prompt's admitted step attachments
     (policy/prompt_attachments.py): on the first step under any profile, when authorized.
+
+    ``routed`` is a server-authored routing grant: the one tool a specialist agent's first
+    step must call (the Search agent searches before it answers). When that tool is in the
+    catalog it is the run's required tool, whatever the member's wording asks (R-307).
 
     ``agent_ceiling`` is the agent's tool list; ``None`` means the agent declares none and is
     bounded only by what is registered, except ``explicit_grant_only`` tools, which need an
@@ -188,7 +193,8 @@ def freeze_catalog(
         omitted=tuple(omitted),
     )
     slot = first_step_slot(member_request, draft)
-    required = required_tool_from_request(member_request, draft)
+    required = routed if routed is not None and routed in draft.descriptors \
+        else required_tool_from_request(member_request, draft)
     first = {a.name for a in advertised} | set(slot)
     if budgeted:
         assert direct is not None
@@ -201,6 +207,29 @@ def freeze_catalog(
     return dataclasses.replace(
         draft, first_step=draft.advertised_for(first), required_tool=required
     )
+
+
+def narrowed(catalog: FrozenCatalog, ceiling: Collection[str], *,
+             exclude: Collection[str] = ()) -> FrozenCatalog:
+    """The part of a run's frozen ``catalog`` that another ``ceiling`` also allows: a
+    delegated child's tools, never wider than its parent's (R-060, R-410).
+
+    A name the catalog lacks is not added, whatever the ceiling says; a protocol is kept whole
+    or not at all and a tool only beside the tools it requires, as at freezing; ``exclude``
+    names are dropped. Discovery does not carry over: ``tool_search`` is dropped and every kept
+    tool, deferred in the parent or not, is advertised directly (the child's set is small)."""
+    allowed = set(ceiling) - set(exclude) - {TOOL_SEARCH_NAME}
+    kept = {name: d for name, d in catalog.descriptors.items() if name in allowed}
+    kept = {name: d for name, d in kept.items() if d.requires_tools <= kept.keys()}
+    kept = {name: d for name, d in kept.items()
+            if all(member in kept for member in catalog.protocol_of(name))}
+    final = [kept[name] for name in sorted(kept)]
+    projected = {d.name: catalog.projected[d.name] for d in final}
+    advertised = tuple(projected[d.name] for d in final)
+    return FrozenCatalog(
+        advertised=advertised, digest=catalog_digest(final, projected, ()),
+        descriptors=MappingProxyType({d.name: d for d in final}),
+        projected=MappingProxyType(projected), first_step=advertised)
 
 
 def _deferrable(d: ToolDescriptor) -> bool:

@@ -50,6 +50,7 @@ def tool(
     withheld_arguments: Iterable[str] = (),
     requires: Iterable[str] = (),
     private_room_only: bool = False,
+    delegates: bool = False,
 ) -> Callable[[ToolImpl], RegisteredTool]:
     """Declare an async tool implementation ``async def f(ctx, **arguments)``.
 
@@ -69,6 +70,10 @@ def tool(
     and run_code, R-180). ``private_room_only`` keeps a tool out of a durable-shared room even
     while its owner is alone in it: what it returns is the member's alone, and the room's
     transcript is read by whoever joins later.
+
+    ``delegates`` marks a tool that hands work to another agent: its results are delegated
+    evidence, and a turn that used it may have done things its own calls do not show (the
+    fallback asks the member to check the activity, R-049).
     """
 
     def decorate(fn: ToolImpl) -> RegisteredTool:
@@ -106,6 +111,7 @@ def tool(
                 withheld_arguments=withheld,
                 requires_tools=frozenset(requires),
                 private_room_only=private_room_only,
+                extra={"delegates": True} if delegates else {},
             )
         except ValueError as exc:  # an unknown enum value: say which tool declared it
             raise ToolDeclarationError(f"tool {tool_name!r}: {exc}") from exc

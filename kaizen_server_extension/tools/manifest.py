@@ -38,6 +38,8 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "kaizen_plugins.retrieval",
     # Kaizen's own documentation, bundled in the wheel.
     "kaizen_plugins.about",
+    # Delegation to another agent within the run's authority.
+    "kaizen_plugins.delegation",
     # The member's external OpenAPI sources, approval-gated (withheld unless enabled, R-377).
     "kaizen_plugins.openapi_sources",
 )
@@ -70,6 +72,7 @@ BUILTIN_TOOLS: Mapping[str, str] = MappingProxyType(
         "conversation_history_search": "kaizen_plugins.retrieval",
         "request_document": "kaizen_plugins.retrieval",
         "search_about": "kaizen_plugins.about",
+        "invoke_agent": "kaizen_plugins.delegation",
         "manage_openapi_sources": "kaizen_plugins.openapi_sources",
     }
 )

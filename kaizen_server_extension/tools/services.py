@@ -102,6 +102,13 @@ class ConversationHistory(Protocol):
                      limit: int = 5) -> list[Any]: ...
 
 
+class AgentDelegation(Protocol):
+    """Another agent's turn run inside this run, for ``invoke_agent`` (host/delegation.py):
+    under this run's member, selection, budgets and approvals, never more (R-060)."""
+
+    async def invoke(self, agent_id: str, task: str) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class ArtifactServices:
     """The member-artifact services, all over one store."""
@@ -145,6 +152,8 @@ class ToolServices:
     resources: AdmittedResources = NO_RESOURCES
     #: What the agent retrieves over; it narrows the member's access, never widens it (R-002).
     knowledge_scope: KnowledgeScope = UNSCOPED
+    #: Delegation to another agent within this run's authority (invoke_agent).
+    delegation: AgentDelegation | None = None
     #: An artifact the member has open, when a tool may default to it.
     focused_artifact: str | None = None
     #: Services a plugin contributes under its own names.

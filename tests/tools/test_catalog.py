@@ -268,3 +268,19 @@ def test_discussion_negation_several_or_unknown_tools_bind_nothing(text):
 def test_a_required_tool_must_be_in_the_frozen_catalog():
     catalog = freeze(TOOLS, agent_ceiling={"run_code"}, member_request="You must call search.")
     assert catalog.required_tool is None
+
+
+# --- a server-authored routing grant ---------------------------------------------------------
+
+
+@pytest.mark.rule("R-307", "R-302")
+def test_a_routing_grant_takes_precedence_over_the_member_s_wording() -> None:
+    tools = [mk("search"), mk("search_about")]
+    worded = "You must call search_about for this."
+    assert freeze(tools, member_request=worded).required_tool == "search_about"
+    routed = freeze(tools, member_request=worded, routed="search")
+    assert routed.required_tool == "search"
+    # A grant only orders what the catalog holds: a tool outside it routes nothing.
+    assert freeze(tools, member_request=worded, routed="run_code",
+                  agent_ceiling={"search", "search_about"}).required_tool == "search_about"
+    assert freeze([mk("search_about")], routed="search").required_tool is None

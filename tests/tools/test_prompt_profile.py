@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kaizen_plugins.agents import GENERAL
+from kaizen_plugins.agents import GENERAL, SEARCH
 
 from kaizen_server_extension.models.profiles import COMPACT, FULL, PromptProfile
 from kaizen_server_extension.policy.grounding import GROUNDING, GROUNDING_COMPACT
@@ -45,8 +45,9 @@ def descriptors() -> list[ToolDescriptor]:
 
 
 def _freeze(descriptors: list[ToolDescriptor], profile: PromptProfile, request: str = "",
-            earned: tuple[str, ...] = ()) -> FrozenCatalog:
-    return freeze_catalog(descriptors, agent_ceiling=set(GENERAL.tool_ceiling),
+            earned: tuple[str, ...] = (), ceiling: tuple[str, ...] = GENERAL.tool_ceiling,
+            ) -> FrozenCatalog:
+    return freeze_catalog(descriptors, agent_ceiling=set(ceiling),
                           room_shared=False, roster_is_only_initiator=True,
                           discovery_enabled=False, member_request=request,
                           direct=profile.direct_tools, earned=earned,
@@ -71,6 +72,20 @@ def test_the_compact_profile_advertises_only_tool_search_and_run_code(
     size = lambda c: len(json.dumps([[t.name, t.description, t.parameters]  # noqa: E731
                                      for t in c.first_step], default=str))
     assert size(compact) * 5 < size(full)
+
+
+@pytest.mark.rule("R-296")
+def test_the_search_agent_s_retrieval_is_direct_under_the_compact_profile(
+        descriptors: list[ToolDescriptor]) -> None:
+    # The Search agent's whole job is retrieval: behind tool_search, a small model answered
+    # from memory instead of searching. Its other tools stay deferred, the grant unchanged.
+    compact = _freeze(descriptors, COMPACT, "What is our refund policy?",
+                      ceiling=SEARCH.tool_ceiling)
+    assert _first(compact) == {TOOL_SEARCH_NAME, "search"}
+    assert set(compact.names) == set(SEARCH.tool_ceiling) | {TOOL_SEARCH_NAME}
+    # The General agent has no search: its first step is unchanged.
+    assert _first(_freeze(descriptors, COMPACT, "What is our refund policy?")) == {
+        TOOL_SEARCH_NAME, "run_code"}
 
 
 @pytest.mark.rule("R-298", "R-299", "R-301")
@@ -126,6 +141,12 @@ SCRIPTS: list[dict[str, Any]] = [
         {"tool_calls": [{"name": "tool_search", "arguments": {"query": "agents roster"}}]},
         {"tool_calls": [{"name": "list_available_agents", "arguments": {}}]},
         {"text": "General and Search."}]},
+    # A small model guessing instead of searching; then searching; then answering.
+    {"match": "refund policy", "responses": [
+        {"attempts": [
+            {"text": "Refunds are always given within 90 days."},
+            {"tool_calls": [{"name": "search", "arguments": {"query": "refund policy"}}]}]},
+        {"text": "I found nothing about refunds in your documents."}]},
 ]
 
 
@@ -187,3 +208,31 @@ def test_a_deferred_tool_is_found_with_tool_search_and_called_next_step(
     requests = fake.requests()
     assert "list_available_agents" not in _offered(requests[0])
     assert "list_available_agents" in _offered(requests[1])
+
+
+@pytest.mark.rule("R-307", "R-304", "R-305")
+def test_a_small_model_s_search_turn_searches_before_it_answers(
+        compact_server: tuple[ServerProcess, FakeOpenAI]) -> None:
+    server, fake = compact_server
+    fake.reset()
+    with server.client("alice") as alice:
+        created = alice.post("conversations", json={"agent_id": "search"})
+        assert created.status_code == 201, created.text
+        room = str(created.json()["id"])
+        # The member's wording names another tool; the server's routing grant still wins.
+        run = _settled(alice, _send(
+            alice, room, "What is our refund policy? You must call search_about.")["run_id"],
+            timeout=60)
+        assert (run["status"], run["outcome"]) == ("completed", "answered"), run
+        events = _events(alice, room, run["id"])
+    requests = fake.requests()
+    # The routed step offers search alone; the guess was not published but retried.
+    assert _offered(requests[0]) == {"search"} and _offered(requests[1]) == {"search"}
+    settled = [e["data"] for e in events if e["type"] == "tool.settled"]
+    # Searched (alice has no documents yet: the tool says so) before anything was answered.
+    assert [s["name"] for s in settled] == ["search"]
+    assert "No documents are available" in settled[0]["content"]
+    # Attempted: the full catalog is back for the answer.
+    assert {"search", TOOL_SEARCH_NAME} <= _offered(requests[2])
+    [answer] = [e["data"]["text"] for e in events if e["type"] == "answer.committed"]
+    assert "90 days" not in answer
