@@ -41,6 +41,8 @@ LIBRARY_SURFACE = "library"
 OPENAPI_SOURCES_SURFACE = "openapi_sources"
 #: ``ctx.services`` name under which the tool backend hands that tool the member's sources.
 OPENAPI_SOURCES_SERVICE = "openapi_sources"
+#: The longest schema URL or API base a source may be registered with (the column's size).
+OPENAPI_SOURCE_URL_MAX_CHARS = 2048
 JAIL_MODES = ("auto", "off", "required")
 #: One artifact version's bound, which a file read from the Jupyter tree becomes.
 MAX_JUPYTER_FILE_BYTES = 25 * 1024 * 1024

@@ -18,13 +18,14 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
 from kaizen_server_extension.protocol.errors import Conflict, NotFound
+from kaizen_server_extension.settings import OPENAPI_SOURCE_URL_MAX_CHARS
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.core import utcnow
 from kaizen_server_extension.store.store import Store
 
 MAX_SOURCES = m.MAX_OPENAPI_SOURCES_PER_MEMBER
 #: The longest schema URL or API base (the columns' width).
-MAX_URL_CHARS = 2048
+MAX_URL_CHARS = OPENAPI_SOURCE_URL_MAX_CHARS
 
 
 class SourceNotFound(NotFound):

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from kaizen_server_extension.policy.redaction import redact_text
 from kaizen_server_extension.tools import Capability, RoomClass, ToolContext, hookimpl, tool
 from kaizen_server_extension.tools.hookspecs import ToolRegistrar
 
@@ -88,8 +89,11 @@ def search_docs(query: str, limit: int = MAX_RESULTS) -> list[dict[str, Any]]:
         return []
     scores = index.get_scores(terms)
     ranked = sorted(range(len(SECTIONS)), key=lambda i: (-scores[i], i))
+    # Redacted before it is cut, as every tool result is after: the bound then holds for
+    # what the model reads (a redaction can be longer than the text it hides).
     return [{"path": SECTIONS[i].path, "heading": SECTIONS[i].heading,
-             "excerpt": SECTIONS[i].text[:MAX_EXCERPT_CHARS], "score": round(float(scores[i]), 4)}
+             "excerpt": redact_text(SECTIONS[i].text)[:MAX_EXCERPT_CHARS],
+             "score": round(float(scores[i]), 4)}
             for i in ranked[:limit] if scores[i] > 0]
 
 

@@ -16,8 +16,11 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from kaizen_server_extension.protocol.errors import MemberError
-from kaizen_server_extension.settings import OPENAPI_SOURCES_SERVICE, OPENAPI_SOURCES_SURFACE
-from kaizen_server_extension.store.openapi_sources import MAX_URL_CHARS
+from kaizen_server_extension.settings import (
+    OPENAPI_SOURCE_URL_MAX_CHARS,
+    OPENAPI_SOURCES_SERVICE,
+    OPENAPI_SOURCES_SURFACE,
+)
 from kaizen_server_extension.tools import (
     Capability,
     MemberSafeError,
@@ -30,7 +33,7 @@ from kaizen_server_extension.tools import (
 from kaizen_server_extension.tools.hookspecs import ToolRegistrar
 
 SourceId = Annotated[str, Field(pattern=r"^s[0-9a-f]{10}$")]
-Url = Annotated[str, Field(min_length=1, max_length=MAX_URL_CHARS)]
+Url = Annotated[str, Field(min_length=1, max_length=OPENAPI_SOURCE_URL_MAX_CHARS)]
 
 
 def _sources(ctx: ToolContext) -> Any:
