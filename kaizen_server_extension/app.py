@@ -223,7 +223,8 @@ class KaizenApp(ExtensionApp):
 
         self.handlers.extend(handlers.routes(
             library=self.kaizen.library_enabled,
-            openapi_sources=self.kaizen.openapi_sources_enabled))
+            openapi_sources=self.kaizen.openapi_sources_enabled,
+            credentials=self.kaizen.credentials is not None))
         if self.kaizen.settings.KAIZEN_MCP_SERVE_ENABLED:
             # Off, the path does not exist (docs/mcp.md, "Kaizen as an MCP server").
             from kaizen_server_extension.api.mcp_endpoint import mcp_endpoint_routes
@@ -319,6 +320,7 @@ class KaizenApp(ExtensionApp):
             tools.attach_mcp(self._mcp_sources(settings))
         if settings.KAIZEN_OPENAPI_SOURCES_ENABLED:
             tools.attach_openapi(self._openapi_sources(settings, store))
+        credentials = self._credentials(store, settings, tools)
         gateway, model, profile = self._model_gateway(settings, plugins)
         lanes = LaneService(
             store=store,
@@ -347,7 +349,34 @@ class KaizenApp(ExtensionApp):
         tools.attach_tasks(TaskTools(TaskStore(store, check_prompt=tools.check_task_prompt),
                                      lanes.wake))
         return KaizenContext(store=store, settings=settings, bus=bus, lanes=lanes, tools=tools,
-                             model=model, scheduler=scheduler)
+                             model=model, scheduler=scheduler, credentials=credentials)
+
+    def _credentials(self, store: Store, settings: KaizenSettings, tools: Any) -> Any:
+        """The credential quarantine when KAIZEN_CREDENTIALS_ENABLED is on (docs/credentials.md):
+        a bad key or destination stops start-up naming it, never showing the key."""
+        if not settings.KAIZEN_CREDENTIALS_ENABLED:
+            return None
+        from kaizen_server_extension.credentials.crypto import CredentialKeyInvalid
+        from kaizen_server_extension.credentials.destinations import DestinationInvalid
+        from kaizen_server_extension.credentials.service import CredentialService
+
+        try:
+            service = CredentialService.from_settings(store, settings,
+                                                      tools.permissions.allowed)
+        except CredentialKeyInvalid as exc:
+            self._refuse_to_start(f"Invalid setting {exc}")
+        except DestinationInvalid as exc:
+            self._refuse_to_start(f"Invalid setting KAIZEN_CREDENTIAL_DESTINATIONS: {exc}")
+        tools.attach_credentials(service)
+        if tools.openapi is not None:
+            # Each security scheme of a member's source is a destination (docs/credentials.md).
+            from kaizen_server_extension.credentials.openapi_destinations import (
+                OpenApiDestinations,
+            )
+
+            service.destinations.attach(OpenApiDestinations(tools.openapi,
+                                                            tools.permissions.allowed))
+        return service
 
     def _mcp_sources(self, settings: KaizenSettings) -> Any:
         """The administrator-enabled MCP servers (docs/mcp.md). The ``mcp`` SDK is needed only
@@ -386,7 +415,8 @@ class KaizenApp(ExtensionApp):
                             stale_s=settings.KAIZEN_OPENAPI_SCHEMA_STALE_SECONDS)
         return OpenApiSources(OpenApiSourceStore(store), egress, cache,
                               cross_origin_enabled=settings.KAIZEN_OPENAPI_CROSS_ORIGIN_ENABLED,
-                              timeout_s=settings.KAIZEN_OPENAPI_TIMEOUT_SECONDS)
+                              timeout_s=settings.KAIZEN_OPENAPI_TIMEOUT_SECONDS,
+                              credentials_enabled=settings.KAIZEN_CREDENTIALS_ENABLED)
 
     def _model_gateway(self, settings: KaizenSettings,
                        plugins: LoadedPlugins) -> tuple[Any, str, Any]:

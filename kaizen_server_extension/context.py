@@ -7,6 +7,7 @@ them (the API and the app are then not a cycle).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from kaizen_server_extension.events import EventBus, PostgresLink
 from kaizen_server_extension.host.tool_backend import PipelineToolBackend
@@ -31,6 +32,9 @@ class KaizenContext:
     scheduler: TaskScheduler
     #: Carries the bus across server processes on PostgreSQL; None on SQLite.
     events_link: PostgresLink | None = None
+    #: The credential quarantine (credentials/service.py); None unless
+    #: KAIZEN_CREDENTIALS_ENABLED is on.
+    credentials: Any = None
     #: Members seen by this process (their rows exist).
     known_members: set[str] = field(default_factory=set)
 

@@ -22,9 +22,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from kaizen_server_extension.runtime.port import Budgets, CorrectionRule
@@ -143,6 +145,35 @@ class McpServerModel(BaseModel):
                              "command")
 
 
+#: At most this many static credential destinations (docs/credentials.md).
+MAX_CREDENTIAL_DESTINATIONS = 64
+
+
+class CredentialSchemeModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Query-string credentials are not offered for static destinations: a URL is logged and
+    # cached in too many places (spec: External OpenAPI sources, the query-auth ceiling).
+    kind: Literal["bearer", "header", "basic", "cookie"]
+    name: Annotated[str, Field(max_length=64)] = ""
+
+
+class CredentialDestinationModel(BaseModel):
+    """One entry of ``KAIZEN_CREDENTIAL_DESTINATIONS``: an origin and how a credential
+    rides on a request to it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,31}$")]
+    origin: Annotated[str, Field(max_length=300)]
+    scheme: CredentialSchemeModel
+    label: Annotated[str, Field(max_length=200)] = ""
+    enabled: bool = True
+
+    # The origin and scheme are checked where they are used, at start-up
+    # (credentials/service.py), which refuses to start naming the destination.
+
+
 class KaizenSettings(BaseModel):
     """Every setting of the server, with its name, default and bounds."""
 
@@ -220,6 +251,21 @@ class KaizenSettings(BaseModel):
     #: agents, under their Jupyter identity (docs/mcp.md). Off unless set.
     KAIZEN_MCP_SERVE_ENABLED: bool = False
 
+    # --- credential quarantine (docs/credentials.md) ----------------------------------------
+    #: Members may enter credentials for the destinations below through signed forms, and
+    #: credential-backed tools may use them through the broker. Off unless set.
+    KAIZEN_CREDENTIALS_ENABLED: bool = False
+    #: 32 random bytes, URL-safe base64: the deployment's key, from which the form-signing
+    #: and the sealing keys are derived. Required when credentials are enabled; the same on
+    #: every replica.
+    KAIZEN_CREDENTIAL_KEY: SecretStr = SecretStr("")
+    #: Offer "Remember" on the form: the value is sealed in the database and reusable until
+    #: the member deletes it. Off, every credential is used once and never stored.
+    KAIZEN_CREDENTIAL_REMEMBER_ENABLED: bool = False
+    #: The administrator's credential destinations, as a JSON list (docs/credentials.md).
+    KAIZEN_CREDENTIAL_DESTINATIONS: Annotated[
+        tuple[CredentialDestinationModel, ...], Field(max_length=MAX_CREDENTIAL_DESTINATIONS)
+    ] = ()
     # --- external OpenAPI sources (docs/openapi-sources.md) ----------------------------------
     #: Members may register HTTPS OpenAPI documents as tool sources. Off (the default), the
     #: routes do not exist and no source tool is offered, whatever the database holds (R-378).
@@ -279,7 +325,8 @@ class KaizenSettings(BaseModel):
     #: rest is one read_notebook call away.
     KAIZEN_NOTEBOOK_CONTEXT_CHARS: Annotated[int, Field(ge=1000, le=400_000)] = 16_000
 
-    @field_validator("AGENT_STREAM_CORRECTION_RULES", "KAIZEN_MCP_SERVERS", mode="before")
+    @field_validator("AGENT_STREAM_CORRECTION_RULES", "KAIZEN_MCP_SERVERS",
+                     "KAIZEN_CREDENTIAL_DESTINATIONS", mode="before")
     @classmethod
     def _json_list(cls, value: Any) -> Any:
         """These settings are JSON arrays in the environment; blank means none."""
@@ -301,6 +348,26 @@ class KaizenSettings(BaseModel):
         if len(ids) != len(set(ids)):
             raise ValueError("rule ids must be unique")
         return rules
+
+    @field_validator("KAIZEN_CREDENTIAL_DESTINATIONS")
+    @classmethod
+    def _unique_destinations(
+        cls, destinations: tuple[CredentialDestinationModel, ...]
+    ) -> tuple[CredentialDestinationModel, ...]:
+        ids = [d.id for d in destinations]
+        if len(ids) != len(set(ids)):
+            raise ValueError("destination ids must be unique")
+        return destinations
+
+    @model_validator(mode="after")
+    def _credentials_need_a_key(self) -> KaizenSettings:
+        if self.KAIZEN_CREDENTIALS_ENABLED and not \
+                self.KAIZEN_CREDENTIAL_KEY.get_secret_value().strip():
+            raise ValueError(
+                "KAIZEN_CREDENTIALS_ENABLED is on but KAIZEN_CREDENTIAL_KEY is not set: "
+                "generate one with `python -m kaizen_server_extension.credentials.keygen` "
+                "and give every replica the same value")
+        return self
 
     @field_validator("KAIZEN_MCP_STDIO_COMMANDS")
     @classmethod
@@ -393,7 +460,10 @@ class KaizenSettings(BaseModel):
             return cls.model_validate(raw)
         except ValidationError as exc:
             first = exc.errors()[0]
-            setting = str(first["loc"][0]) if first["loc"] else "settings"
+            if not first["loc"]:
+                # A rule across settings: its message names them.
+                raise SettingsError(f"Invalid settings: {first['msg']}") from None
+            setting = str(first["loc"][0])
             trait = SETTING_TRAITS.get(setting)
             named = f"{setting} (c.KaizenApp.{trait})" if trait else setting
             raise SettingsError(f"Invalid setting {named}: {first['msg']}") from None

@@ -230,7 +230,8 @@ class OpenAPIHandler(KaizenHandler):
     async def get(self) -> None:
         self.write_json(openapi_document(
             library=self.kaizen.library_enabled,
-            openapi_sources=self.kaizen.openapi_sources_enabled))
+            openapi_sources=self.kaizen.openapi_sources_enabled,
+            credentials=self.kaizen.credentials is not None))
 
 
 def _settings(member: MemberRecord, handler: KaizenHandler) -> dict[str, Any]:
@@ -243,7 +244,8 @@ PREFIX = r"/kaizen/api"
 
 
 def routes(*, library: bool = True,
-           openapi_sources: bool = False) -> list[tuple[str, type[web.RequestHandler]]]:
+           openapi_sources: bool = False,
+           credentials: bool = False) -> list[tuple[str, type[web.RequestHandler]]]:
     """Every REST route; the Library's only when ``library`` (KAIZEN_LIBRARY_ENABLED) is on,
     so with it off those paths are unknown to the server, not refused by it (R-140); the
     member's OpenAPI sources likewise only with ``openapi_sources``
@@ -288,8 +290,16 @@ def routes(*, library: bool = True,
         *task_routes(PREFIX),
         # The member's external OpenAPI sources (docs/openapi-sources.md), when enabled.
         *(openapi_source_routes(PREFIX, ID) if openapi_sources else ()),
+        # Credential forms, references and receipts, only when credentials are enabled.
+        *(_credential_routes() if credentials else ()),
         # Admin only (404 to everyone else): the tool policies read on every tool call.
         *admin_routes(PREFIX),
         # Last: any other path under the API is the usual JSON 404, not Jupyter's HTML page.
         (rf"{PREFIX}(?:/.*)?", UnknownPathHandler),
     ]
+
+
+def _credential_routes() -> list[tuple[str, type[web.RequestHandler]]]:
+    from kaizen_server_extension.api.credentials import credential_routes
+
+    return credential_routes(PREFIX)

@@ -119,8 +119,8 @@ def _model_schemas(*models: type[BaseModel]) -> dict[str, Any]:
 
 
 @cache
-def openapi_document(*, library: bool = True,
-                     openapi_sources: bool = False) -> dict[str, Any]:
+def openapi_document(*, library: bool = True, openapi_sources: bool = False,
+                     credentials: bool = False) -> dict[str, Any]:
     """The document of the routes this server serves: the Library's paths only when
     ``library`` (KAIZEN_LIBRARY_ENABLED) is on, as ``handlers.routes`` registers them (R-140),
     and the member's OpenAPI sources only with ``openapi_sources`` (R-378)."""
@@ -594,6 +594,13 @@ def openapi_document(*, library: bool = True,
     admin_paths, admin_components = admin_openapi()
     paths.update(admin_paths)
     components.update(admin_components)
+    if credentials:
+        # Only with KAIZEN_CREDENTIALS_ENABLED, as handlers.routes registers them.
+        from kaizen_server_extension.api.credentials import credentials_openapi
+
+        credential_paths, credential_components = credentials_openapi()
+        paths.update(credential_paths)
+        components.update(credential_components)
     _complete(paths)
     return {
         "openapi": "3.1.0",

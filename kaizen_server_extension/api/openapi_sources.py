@@ -110,13 +110,14 @@ class SourceOperationsHandler(SourcesHandler):
             document = await self.sources.operations(record)
         except (SchemaUnavailable, EgressRefused) as exc:
             raise SourceUnreachable(str(exc), code=exc.code) from None
+        usable, unavailable = self.sources.offerable(document)
         self.write_json({
             "source": record.id, "title": document.title, "digest": document.digest,
             "operations": [{**op.public(), "tool": tool_name(record.id, op.operation_id)}
-                           for op in document.operations],
+                           for op in usable],
             "omitted": [{"where": where, "reason": reason}
-                        for where, reason in document.omitted],
-            "omitted_count": document.omitted_count})
+                        for where, reason in (*document.omitted, *unavailable)],
+            "omitted_count": document.omitted_count + len(unavailable)})
 
 
 def openapi_source_routes(prefix: str,

@@ -228,6 +228,8 @@ class PipelineToolBackend:
         self._discovery = discovery_enabled
         self._mcp: McpSources | None = None
         self._openapi: OpenApiSources | None = None
+        # The credential quarantine's port (docs/credentials.md); None: credentials are off.
+        self._credentials: Any = None
         self.permissions = StorePermissions(store, authorize, ancestors_of=self._ancestors_of)
         self._metrics = metrics
         self._guardrails = guardrails
@@ -267,6 +269,14 @@ class PipelineToolBackend:
     def openapi(self) -> OpenApiSources | None:
         return self._openapi
 
+    def attach_credentials(self, service: Any) -> None:
+        """The credential broker's port for credential-backed tools (set at server start)."""
+        self._credentials = service
+
+    @property
+    def credentials(self) -> Any:
+        return self._credentials
+
     def _ancestors_of(self, tool: str) -> tuple[str, ...]:
         """The policy selectors above ``tool``, root first: for a source tool the sources
         root, its family and its source (docs/tool-policies.md); none for a built-in."""
@@ -284,13 +294,16 @@ class PipelineToolBackend:
 
     async def policy_name_known(self, name: str) -> bool:
         """Whether an admin tool policy may name ``name``: a registered tool, the sources
-        root, an enabled MCP server's selector (``mcp__<id>``) or a tool name under one, or
-        (with the feature on) the OpenAPI family, an existing source or a tool under it."""
+        root, an enabled MCP server's selector (``mcp__<id>``) or a tool name under one,
+        (with the feature on) the OpenAPI family, an existing source or a tool under it, or
+        (with credentials on) a credential destination's selector (``credentials__<id>``)."""
         if name in self._registry:
             return True
         if name == SOURCES_ROOT and (self._mcp is not None or self._openapi is not None):
             return True
         if self._mcp is not None and (name == "mcp" or self._mcp.knows(name)):
+            return True
+        if self._credentials is not None and self._credentials.policy_name_known(name):
             return True
         return self._openapi is not None and await self._openapi.policy_name_known(name)
 
@@ -485,6 +498,7 @@ class PipelineToolBackend:
             cancelled=cancelled,
             resources=self._resources,
             task_posture=self._task_posture,
+            credentials=self._credentials,
         )
 
         async def call(run_bundle: AuthorityBundle, request: ToolCallRequest,

@@ -1000,6 +1000,83 @@ class DocumentShare(Base):
     __table_args__ = (Index("ix_document_shares_conversation", "conversation_id"),)
 
 
+# --- credential quarantine (issue 19, migration 0018) ---------------------------------------
+
+#: How a credential a member entered is kept: ``once`` in this process's memory for exactly
+#: one brokered request, ``remember`` sealed here until the member deletes it.
+CREDENTIAL_RETENTIONS = ("once", "remember")
+#: What a receipt is the claim of: a form's nonce, or one brokered request.
+CREDENTIAL_RECEIPT_KINDS = ("form", "request")
+#: ``claimed`` before anything happens (the nonce is spent), then exactly one terminal.
+CREDENTIAL_RECEIPT_STATUSES = ("claimed", "stored", "succeeded", "failed", "ambiguous")
+
+
+class CredentialSecret(Base):
+    """A credential a member chose to remember: sealed (AES-GCM, ``credentials/crypto.py``)
+    with its own identity as associated data, so the ciphertext opens only for this row.
+    Nothing here is ever returned by any route or tool; the broker alone opens it."""
+
+    __tablename__ = "credential_secrets"
+
+    ref: Mapped[str] = mapped_column(String(80), primary_key=True)
+    member: Mapped[str] = mapped_column(ForeignKey("members.id"))
+    destination: Mapped[str] = mapped_column(String(120))
+    origin: Mapped[str] = mapped_column(String(300))
+    scheme: Mapped[str] = mapped_column(String(20))
+    label: Mapped[str] = mapped_column(String(200))
+    sealed: Mapped[bytes] = mapped_column(LargeBinary())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        Index("ix_credential_secrets_member", "member"),
+        CheckConstraint("length(sealed) >= 28", name="sealed"),
+    )
+
+
+class CredentialReceipt(Base):
+    """The durable, credential-free record that a one-shot thing happened once: a form's
+    nonce was claimed, or one brokered request was sent. ``nonce`` is UNIQUE, so a second
+    claim fails in the database; the status moves from ``claimed`` to one terminal by
+    compare-and-set. It holds identity and status only: no value, argument, body or result
+    (R-397, R-398)."""
+
+    __tablename__ = "credential_receipts"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    nonce: Mapped[str] = mapped_column(String(120))
+    kind: Mapped[str] = mapped_column(String(20))
+    member: Mapped[str] = mapped_column(ForeignKey("members.id"))
+    destination: Mapped[str] = mapped_column(String(120))
+    origin: Mapped[str] = mapped_column(String(300))
+    credential_ref: Mapped[str | None] = mapped_column(String(80))
+    retention: Mapped[str | None] = mapped_column(String(20))
+    operation: Mapped[str | None] = mapped_column(String(200))
+    effect: Mapped[str | None] = mapped_column(String(20))
+    run_id: Mapped[str | None] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(20))
+    claimed_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    settled_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        UniqueConstraint("nonce", name="uq_credential_receipts_nonce"),
+        Index("ix_credential_receipts_member", "member", "claimed_at"),
+        CheckConstraint("kind IN ('form', 'request')", name="kind"),
+        CheckConstraint(
+            "status IN ('claimed', 'stored', 'succeeded', 'failed', 'ambiguous')",
+            name="status"),
+        CheckConstraint("retention IS NULL OR retention IN ('once', 'remember')",
+                        name="retention"),
+        # A form ends stored or refused; a request ends succeeded, failed or ambiguous.
+        CheckConstraint(
+            "(kind = 'form' AND status IN ('claimed', 'stored', 'failed')) OR "
+            "(kind = 'request' AND status <> 'stored' AND operation IS NOT NULL)",
+            name="kind_status"),
+        CheckConstraint("(status = 'claimed') = (settled_at IS NULL)", name="settled"),
+    )
+
+
+# --- external OpenAPI sources (migration 0017) ---------------------------------------------
+
 #: A member owns at most this many external OpenAPI sources (R-402): the slot column and its
 #: CHECK hold it in the database, one slot per source.
 MAX_OPENAPI_SOURCES_PER_MEMBER = 100

@@ -19,8 +19,15 @@ exactly is omitted by itself, with its reason, and the others are unaffected (R-
   left out, a required one omits the operation. ``servers`` is ignored: requests go to the API
   base the member registered.
 * An operation whose parameters or body can carry a credential-shaped field or a
-  ``writeOnly`` value is omitted (R-347), and so is one that requires authentication (a
-  security requirement with no anonymous alternative): sources are uncredentialed for now.
+  ``writeOnly`` value is omitted (R-347).
+* Authentication (``security`` / ``securitySchemes``) compiles into a value-free plan,
+  :class:`CompiledAuth`: the first alternative made of one supported scheme — HTTP Bearer or
+  Basic, an API key in a header or cookie, OAuth 2 / OpenID Connect access tokens (as
+  Bearer). A query-string API key is not supported (the query-auth ceiling is off, R-384),
+  nor are mutual TLS and alternatives that combine schemes; an operation whose every
+  alternative is unsupported or incomplete is omitted (R-385). The plan names no value: the
+  credential quarantine (docs/credentials.md) attaches the member's credential to the one
+  request, and discovery offers such an operation only when credentials are enabled.
 * The input schema is made self-contained (``#/components/schemas/…`` become ``$defs``) and
   must pass the catalog's own admission — the JSON Schema 2020-12 meta-schema and its size,
   depth and acyclic-reference bounds (``tools/schema.py``, R-328, R-329) — here and again when
@@ -38,6 +45,7 @@ from typing import Any, Literal
 
 import yaml
 
+from kaizen_server_extension.policy.credential_arguments import RESERVED_CREDENTIAL_HEADERS
 from kaizen_server_extension.policy.redaction import is_credential_key
 from kaizen_server_extension.protocol.tools import Capability
 from kaizen_server_extension.tools.schema import schema_problem
@@ -83,6 +91,20 @@ class Parameter:
 
 
 @dataclass(frozen=True, slots=True)
+class CompiledAuth:
+    """How an operation authenticates: a security scheme's name in the document, and how its
+    value travels. Never a value (R-386)."""
+
+    scheme: str
+    kind: Literal["bearer", "basic", "header", "cookie"]
+    #: The header or cookie name (``header``, ``cookie``).
+    name: str = ""
+
+    def public(self) -> dict[str, Any]:
+        return {"scheme": self.scheme, "kind": self.kind, "name": self.name or None}
+
+
+@dataclass(frozen=True, slots=True)
 class CompiledOperation:
     operation_id: str
     method: str
@@ -94,10 +116,15 @@ class CompiledOperation:
     input_schema: Mapping[str, Any]
     effect: Capability
     description: str
+    #: The authentication the operation needs, or None (an anonymous operation).
+    auth: CompiledAuth | None = None
 
     def public(self) -> dict[str, Any]:
-        return {"operation_id": self.operation_id, "method": self.method, "path": self.path,
-                "effect": self.effect.value}
+        shown: dict[str, Any] = {"operation_id": self.operation_id, "method": self.method,
+                                 "path": self.path, "effect": self.effect.value}
+        if self.auth is not None:
+            shown["auth"] = self.auth.public()
+        return shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +251,7 @@ def _compile(path: str, method: str, item: Mapping[str, Any], operation: Any,
     if not isinstance(operation_id, str) or not OPERATION_ID_RE.fullmatch(operation_id):
         raise _Omit("no operationId that can be a tool name")
     effect = _effect(method, operation)
-    _refuse_authentication(operation.get("security", root_security))
+    auth = _authentication(operation.get("security", root_security), components)
 
     properties: dict[str, Any] = {}
     required: list[str] = []
@@ -292,7 +319,8 @@ def _compile(path: str, method: str, item: Mapping[str, Any], operation: Any,
     return CompiledOperation(
         operation_id=operation_id, method=method.upper(), path=path,
         parameters=tuple(parameters), takes_body=takes_body, body_required=body_required,
-        input_schema=input_schema, effect=effect, description=_description(operation))
+        input_schema=input_schema, effect=effect, description=_description(operation),
+        auth=auth)
 
 
 def _effect(method: str, operation: Mapping[str, Any]) -> Capability:
@@ -309,14 +337,50 @@ def _effect(method: str, operation: Mapping[str, Any]) -> Capability:
     return Capability.WRITE
 
 
-def _refuse_authentication(security: Any) -> None:
-    """An operation that needs a credential cannot run on an uncredentialed source."""
+def _authentication(security: Any, components: Mapping[str, Any]) -> CompiledAuth | None:
+    """The operation's authentication plan: None when it may be called anonymously (no
+    requirement, or an empty alternative), else the first alternative of one supported
+    scheme; none supported omits the operation (R-385)."""
     if security is None:
-        return
+        return None
     if not isinstance(security, list):
         raise _Omit("security is not a list")
-    if security and not any(isinstance(req, Mapping) and not req for req in security):
-        raise _Omit("requires authentication")
+    if not security or any(isinstance(req, Mapping) and not req for req in security):
+        return None
+    schemes = components.get("securitySchemes")
+    schemes = schemes if isinstance(schemes, Mapping) else {}
+    for requirement in security:
+        # An alternative that combines schemes needs them all: not supported here.
+        if not isinstance(requirement, Mapping) or len(requirement) != 1:
+            continue
+        [name] = requirement
+        auth = _scheme(str(name), schemes.get(name))
+        if auth is not None:
+            return auth
+    raise _Omit("requires authentication no supported scheme provides")
+
+
+def _scheme(name: str, scheme: Any) -> CompiledAuth | None:
+    """One security scheme as a plan, or None when it is unknown, incomplete or unsupported."""
+    if not isinstance(scheme, Mapping) or not _COMPONENT_NAME_RE.fullmatch(name):
+        return None
+    kind = scheme.get("type")
+    if kind == "http":
+        http = str(scheme.get("scheme", "")).lower()
+        return CompiledAuth(name, "bearer") if http == "bearer" else (
+            CompiledAuth(name, "basic") if http == "basic" else None)
+    if kind in ("oauth2", "openIdConnect"):
+        return CompiledAuth(name, "bearer")  # an access token, sent as Bearer
+    if kind == "apiKey":
+        where, key = scheme.get("in"), scheme.get("name")
+        if not isinstance(key, str) or not _PARAMETER_NAME_RE.fullmatch(key):
+            return None
+        if where == "header" and key.lower() not in RESERVED_CREDENTIAL_HEADERS:
+            return CompiledAuth(name, "header", key)
+        if where == "cookie":
+            return CompiledAuth(name, "cookie", key)
+        return None  # a query-string key: the query-auth ceiling is off (R-384)
+    return None  # mutualTLS and anything unknown
 
 
 def _parameters(item: Mapping[str, Any], operation: Mapping[str, Any],

@@ -22,8 +22,14 @@ and failure path as a built-in tool.
 * **Egress** goes only through ``tools/egress.py`` to the registered origin (R-343, R-381,
   R-382); :meth:`OpenApiSources.call` is the one place a source operation is sent, and the
   place where a credential can later be attached to that request (``credential=`` of
-  :meth:`Egress.send`; issue 19, item 3). Sources are uncredentialed for now: operations that
-  require authentication are omitted at compilation.
+  :meth:`Egress.send`).
+* **Credentials** (docs/credentials.md): an operation whose document requires authentication
+  (``CompiledAuth``) is offered only when the credential quarantine is on. Its schema gains
+  a required opaque ``credential_ref``, its descriptor names its credential destination
+  (:func:`credential_destination`: one per source and security scheme), and the pipeline
+  hands it a broker handle for it; the call then sends its one request with the handle's
+  injector as :meth:`Egress.send`'s ``credential``, so the value never passes through the
+  model, the arguments, or this module.
 """
 
 from __future__ import annotations
@@ -38,6 +44,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from kaizen_server_extension.policy.credential_arguments import (
+    CREDENTIAL_REF_ARGUMENT,
+    CREDENTIAL_REF_RE,
+)
 from kaizen_server_extension.protocol.errors import MemberSafeError, SchemaViolation
 from kaizen_server_extension.protocol.tools import Capability, WriteCategory
 from kaizen_server_extension.store.openapi_sources import (
@@ -61,6 +71,10 @@ from kaizen_server_extension.tools.openapi_compiler import (
     CompiledOperation,
 )
 from kaizen_server_extension.tools.openapi_schema_cache import SchemaCache, SchemaUnavailable
+from kaizen_server_extension.tools.ports import (
+    CREDENTIAL_DESTINATION_KEY,
+    CREDENTIAL_HANDLE_ARGUMENT,
+)
 from kaizen_server_extension.tools.types import (
     MAX_TIMEOUT_S,
     SOURCES_ROOT,
@@ -170,17 +184,47 @@ def api_base_path(api_base: str) -> str:
 # --- descriptors --------------------------------------------------------------------------
 
 
+#: The credential destination of one source's security scheme: ``oas-<source id>-<hash>``.
+DESTINATION_RE = re.compile(r"^oas-(s[0-9a-f]{10})-([0-9a-f]{8})$")
+
+
+def scheme_tag(scheme: str) -> str:
+    return hashlib.sha256(scheme.encode()).hexdigest()[:8]
+
+
+def credential_destination(source_id: str, scheme: str) -> str:
+    """The credential destination id of ``scheme`` on ``source_id`` (docs/credentials.md)."""
+    return f"oas-{source_id}-{scheme_tag(scheme)}"
+
+
+def _with_credential_ref(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """``schema`` with the required opaque ``credential_ref`` the model passes (R-350)."""
+    properties = {**(schema.get("properties") or {}), CREDENTIAL_REF_ARGUMENT: {
+        "type": "string", "pattern": CREDENTIAL_REF_RE.pattern,
+        "description": "The opaque reference of a credential the member entered for this "
+                       "source (never a credential itself)."}}
+    required = sorted({*schema.get("required", ()), CREDENTIAL_REF_ARGUMENT})
+    return {**schema, "properties": properties, "required": required}
+
+
 def descriptor_for(source: SourceRecord, operation: CompiledOperation,
                    timeout_s: float) -> ToolDescriptor | None:
     name = tool_name(source.id, operation.operation_id)
     if name is None:
         return None
+    extra: dict[str, Any] = {"openapi_source": source.id,
+                             "openapi_operation": operation.operation_id}
+    schema: Mapping[str, Any] = operation.input_schema
+    if operation.auth is not None:
+        extra[CREDENTIAL_DESTINATION_KEY] = credential_destination(source.id,
+                                                                   operation.auth.scheme)
+        schema = _with_credential_ref(schema)
     head = f"[OpenAPI source {source.id}: {operation.method} {operation.path[:200]}]"
     effect = operation.effect
     return ToolDescriptor(
         name=name,
         description=f"{head} {operation.description}".rstrip(),
-        input_schema=operation.input_schema,
+        input_schema=schema,
         capability=effect,
         timeout_s=min(timeout_s, MAX_TIMEOUT_S),
         # A repeated write may create a second object: never deduplicated.
@@ -192,7 +236,7 @@ def descriptor_for(source: SourceRecord, operation: CompiledOperation,
                         else WriteCategory.EXTERNAL_EFFECT),
         surface=f"{SURFACE_PREFIX}{source.id}",
         first_party=False,
-        extra={"openapi_source": source.id, "openapi_operation": operation.operation_id},
+        extra=extra,
     )
 
 
@@ -212,12 +256,15 @@ class OpenApiSources:
     """The members' sources: URL rules, discovery for a run, and the call of one operation."""
 
     def __init__(self, store: OpenApiSourceStore, egress: Egress, cache: SchemaCache, *,
-                 cross_origin_enabled: bool = False, timeout_s: float = 30.0) -> None:
+                 cross_origin_enabled: bool = False, timeout_s: float = 30.0,
+                 credentials_enabled: bool = False) -> None:
         self._store = store
         self._egress = egress
         self._cache = cache
         self._cross_origin_enabled = cross_origin_enabled
         self._timeout_s = timeout_s
+        # Operations that need a credential are offered only with the quarantine on.
+        self._credentials_enabled = credentials_enabled
 
     @property
     def store(self) -> OpenApiSourceStore:
@@ -301,13 +348,25 @@ class OpenApiSources:
             if document is None:
                 down.append(source.id)
                 continue
-            for operation in document.operations:
+            for operation in self.offerable(document)[0]:
                 descriptor = descriptor_for(source, operation, self._timeout_s)
                 if descriptor is None or not self.grants(ceiling, source.id, descriptor.name):
                     continue
                 tools.append(RegisteredTool(descriptor=descriptor,
                                             impl=self._impl(source, operation, descriptor)))
         return Discovered(tuple(tools), tuple(down))
+
+    def offerable(self, document: CompiledDocument) -> tuple[
+            tuple[CompiledOperation, ...], tuple[tuple[str, str], ...]]:
+        """The operations that can be offered here, and (where, reason) for those that
+        cannot: one that requires authentication needs the credential quarantine on."""
+        if self._credentials_enabled:
+            return document.operations, ()
+        usable = tuple(op for op in document.operations if op.auth is None)
+        unavailable = tuple((f"{op.method} {op.path}",
+                             "requires authentication, and credentials are not enabled")
+                            for op in document.operations if op.auth is not None)
+        return usable, unavailable
 
     async def _document(self, source: SourceRecord) -> CompiledDocument | None:
         try:
@@ -329,7 +388,21 @@ class OpenApiSources:
         sources = self
 
         async def call_openapi_operation(ctx: ToolContext, **arguments: Any) -> dict[str, Any]:
-            return await sources.call(ctx.member, source, operation, arguments)
+            handle = arguments.pop(CREDENTIAL_HANDLE_ARGUMENT, None)
+            if operation.auth is None:
+                return await sources.call(ctx.member, source, operation, arguments)
+            if handle is None:
+                raise SourceUnavailable(f"{operation.operation_id} needs a credential, so it "
+                                        "was not run.", code="credential_required")
+
+            async def send(injector: RequestCredential) -> dict[str, Any]:
+                return await sources.call(ctx.member, source, operation, arguments,
+                                          credential=injector)
+
+            # The broker checks the origin, claims the receipt and hands over the injector
+            # for exactly this one request (docs/credentials.md).
+            result: dict[str, Any] = await handle.attach(str(Origin.of(source.api_base)), send)
+            return result
 
         call_openapi_operation.__name__ = descriptor.name
         return call_openapi_operation

@@ -6,7 +6,12 @@ Order (spec: What happens on a tool call; R-223), every step on every call:
 2. the member's permissions, re-resolved now (R-204);
 3. the agent's capability ceiling: the frozen catalog's names (R-001, R-098);
 4. shared-room admission re-check for actor-private / undeclared tools (R-218);
-5. argument validation against the live schema (R-336);
+5. argument validation against the live schema (R-336); for a source tool (anything not
+   first-party) and any credential-backed tool, the arguments are then screened for
+   credential-shaped keys, values and URL parts, and refused before anything else happens
+   (R-349; ``policy/credential_arguments.py``). The arguments are fixed from here on (an
+   approval's digest binds them), so this is the same check as one made at the instant of
+   execution, and nobody is asked to approve a call that would be refused;
 6. the turn ledger: cut-off tool, identical failed input, duplicate write (R-270..R-290);
 6a. a task's run (``bundle.posture``): a safe test refuses any effect but isolated execution,
    a task run re-reads its task's authority, before the gate and again in step 8 (R-053,
@@ -22,7 +27,10 @@ Order (spec: What happens on a tool call; R-223), every step on every call:
    declaring ``authorize`` has it answered against a read-only store (R-365). A denial is a
    definite refusal: nothing ran;
 9. execution as the member, bounded by the declared timeout (capped at 240 s) and cancelled
-   with the turn (R-291..R-294);
+   with the turn (R-291..R-294). A credential-backed tool's ``credential_ref`` is resolved
+   by the credential port just before, and the tool receives an opaque broker handle in its
+   place; its result (and any error text) is scrubbed of the credential with that same
+   handle (R-443, R-396; ``credentials/``);
 10. outcome classification (the body is read, not only the envelope: R-274) and a bounded,
     redacted, member-safe projection (R-229, R-344), which the guardrail chain checks again
     before it is published (R-070). The raw result goes to audit only.
@@ -56,6 +64,7 @@ from kaizen_server_extension.policy.approvals import (
     grantable,
 )
 from kaizen_server_extension.policy.ceilings import CapabilityCeiling
+from kaizen_server_extension.policy.credential_arguments import find_credential
 from kaizen_server_extension.policy.errors import ApprovalPending, PolicyDenied
 from kaizen_server_extension.policy.guardrails import (
     Deny,
@@ -86,13 +95,16 @@ from kaizen_server_extension.tools.metrics import (
     log_failed_result,
 )
 from kaizen_server_extension.tools.ports import (
+    CREDENTIAL_DESTINATION_KEY,
     ApprovalModeResolver,
     ApprovalStore,
     ArgumentValidator,
     AuditSink,
     AuthorityCheck,
+    CallCredentialView,
     CallFactsView,
     CallScope,
+    CredentialPort,
     PermissionResolver,
     ResourceAuthorizer,
     RosterCheck,
@@ -136,6 +148,18 @@ GRANT_AUDIT_KEY = "approved_by"
 GRANT_AUDIT_VALUE = "conversation_grant"
 
 
+class ScrubbedToolError(Exception):
+    """A credential-backed tool raised: its text, scrubbed of the credential, stands in for
+    the original, whose chain is not kept (it may hold the value)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}" if message else kind)
+
+
+def _needs_screening(descriptor: ToolDescriptor) -> bool:
+    return not descriptor.first_party or CREDENTIAL_DESTINATION_KEY in descriptor.extra
+
+
 class ToolPipeline:
     """Runs one tool call at a time for one run; create one per admitted run."""
 
@@ -159,6 +183,7 @@ class ToolPipeline:
         cancelled: asyncio.Event | None = None,
         resources: ResourceAuthorizer | None = None,
         task_posture: TaskPostureGate | None = None,
+        credentials: CredentialPort | None = None,
     ) -> None:
         if projection_limit < 1:
             raise ValueError("projection_limit must be positive")
@@ -180,6 +205,7 @@ class ToolPipeline:
         self._cancelled = cancelled
         self._resources = resources
         self._task_posture = task_posture
+        self._credentials = credentials
 
     # --- entry point -----------------------------------------------------------------------
 
@@ -222,6 +248,9 @@ class ToolPipeline:
         arguments, invalid = self._validate(descriptor, request)
         if invalid is not None:
             return invalid
+        carrying = self._screen(descriptor, request, arguments)
+        if carrying is not None:
+            return carrying
 
         decision = self.ledger.check(descriptor, request)
         if decision is not None:
@@ -252,7 +281,14 @@ class ToolPipeline:
             return settlement.denied(request, denied, descriptor)
         if refused is not None:
             return refused
-        settled = await self._execute(bundle, request, registered, arguments, audit)
+        credential: CallCredentialView | None = None
+        if CREDENTIAL_DESTINATION_KEY in descriptor.extra:
+            credential, unusable = await self._open_credential(bundle, request, descriptor,
+                                                               arguments)
+            if unusable is not None:
+                return unusable
+        settled = await self._execute(bundle, request, registered, arguments, audit,
+                                      credential)
         if gate is _BY_GRANT:
             settled = replace(settled, raw={GRANT_AUDIT_KEY: GRANT_AUDIT_VALUE,
                                             "raw": settled.raw})
@@ -333,6 +369,50 @@ class ToolPipeline:
                            capability=descriptor.capability,
                            failure_domain=FailureDomain.CALLER),
             reason_code="invalid_arguments", remember=True,
+        )
+
+    def _screen(self, descriptor: ToolDescriptor, request: ToolCallRequest,
+                arguments: Mapping[str, Any]) -> Settlement | None:
+        """A source tool's arguments carry no credential: refused before anything (R-349).
+        The refusal names where and what shape, never the value."""
+        if not _needs_screening(descriptor):
+            return None
+        finding = find_credential(arguments)
+        if finding is None:
+            return None
+        log.warning("refused %s (run call %s): credential-shaped argument at %s (%s)",
+                    request.name, request.call_id, finding.path, finding.reason)
+        return Settlement(
+            ToolCallResult(call_id=request.call_id, name=request.name,
+                           outcome=ToolOutcome.ERROR, content=finding.message(request.name),
+                           capability=descriptor.capability,
+                           failure_domain=FailureDomain.CALLER),
+            raw={"refused": "credential_in_arguments", "path": finding.path,
+                 "shape": finding.reason},
+            reason_code="credential_in_arguments", remember=True,
+        )
+
+    async def _open_credential(
+        self, bundle: AuthorityBundle, request: ToolCallRequest, descriptor: ToolDescriptor,
+        arguments: Mapping[str, Any],
+    ) -> tuple[CallCredentialView | None, Settlement | None]:
+        """The call's broker handle, or the definite refusal (nothing was sent)."""
+        if self._credentials is None:
+            refusal = MemberSafeError(f"Credentials are not available here, so {request.name} "
+                                      "was not run.", code="credentials_unavailable")
+        else:
+            try:
+                return await self._credentials.open_for_call(bundle, descriptor,
+                                                             arguments), None
+            except MemberSafeError as exc:
+                refusal = exc
+        return None, Settlement(
+            ToolCallResult(call_id=request.call_id, name=request.name,
+                           outcome=ToolOutcome.ERROR, content=bounded_message(refusal),
+                           capability=descriptor.capability,
+                           failure_domain=FailureDomain.CALLER),
+            raw={"refused": refusal.code, "stage": "credential"},
+            reason_code=refusal.code, remember=True,
         )
 
     # --- step 7: guardrails and approvals --------------------------------------------------
@@ -510,11 +590,13 @@ class ToolPipeline:
         registered: RegisteredTool,
         arguments: Mapping[str, Any],
         audit: AuditSink,
+        credential: CallCredentialView | None = None,
     ) -> Settlement:
         descriptor = registered.descriptor
         timeout = descriptor.effective_timeout_s
-        task: asyncio.Future[object] = asyncio.ensure_future(
-            self._executor(registered, bundle, arguments))
+        running = (self._executor(registered, bundle, arguments) if credential is None
+                   else self._with_credential(registered, bundle, credential))
+        task: asyncio.Future[object] = asyncio.ensure_future(running)
         waiters: set[asyncio.Future[Any]] = {task}
         stop = asyncio.ensure_future(self._cancelled.wait()) if self._cancelled else None
         if stop is not None:
@@ -552,6 +634,24 @@ class ToolPipeline:
         except (Exception, asyncio.CancelledError) as exc:
             return settlement.raised(request, descriptor, exc)
         return settlement.classify(request, descriptor, body, self._project)
+
+    async def _with_credential(self, registered: RegisteredTool, bundle: AuthorityBundle,
+                               credential: CallCredentialView) -> object:
+        """Run a credential-backed tool with its handle; whatever comes back, body or error
+        text, is scrubbed of the credential before the pipeline (and its logs) see it."""
+        try:
+            return credential.scrub(
+                await self._executor(registered, bundle, credential.arguments))
+        except (RunCancelled, AuthorityRejected, PolicyDenied):
+            raise
+        except MemberSafeError as exc:
+            raise MemberSafeError(str(credential.scrub(str(exc))), code=exc.code,
+                                  domain=exc.domain) from None
+        except Exception as exc:
+            raise ScrubbedToolError(type(exc).__name__,
+                                    str(credential.scrub(str(exc)))) from None
+        finally:
+            credential.close()
 
     async def _stop(self, task: asyncio.Future[object], *, report: bool = True) -> bool:
         """Cancel a running tool, which releases its sessions and leases (R-291); whether it

@@ -157,3 +157,30 @@ class ResourceAuthorizer(Protocol):
         """Run ``tool.authorize`` as the member against a read-only store (R-365): a write it
         attempts is refused by the database and leaves nothing behind."""
         ...
+
+
+#: The descriptor key that makes a tool credential-backed; its value is a destination id
+#: (docs/credentials.md). The pipeline then asks the :class:`CredentialPort` for the call.
+CREDENTIAL_DESTINATION_KEY = "credential_destination"
+#: The keyword a credential-backed tool's implementation receives its broker handle under.
+CREDENTIAL_HANDLE_ARGUMENT = "credential"
+
+
+class CallCredentialView(Protocol):
+    """One call's credential as the pipeline sees it: the arguments the tool gets (its
+    ``credential_ref`` swapped for an opaque broker handle) and the result's scrubber."""
+
+    @property
+    def arguments(self) -> Mapping[str, Any]: ...
+
+    def scrub(self, body: object) -> object: ...
+
+    def close(self) -> None: ...
+
+
+class CredentialPort(Protocol):
+    async def open_for_call(self, bundle: AuthorityBundle, descriptor: ToolDescriptor,
+                            arguments: Mapping[str, Any], /) -> CallCredentialView:
+        """Resolve the call's ``credential_ref`` for its member and destination now (live
+        policy); raise a MemberSafeError (nothing sent) when it cannot be used (R-443)."""
+        ...

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from kaizen_server_extension.credentials.crypto import new_key_text
 from kaizen_server_extension.store.engine import sqlite_url_for
 from tests.conftest import POSTGRES_URL, drop_schema, new_schema
 from tests.support.server import ServerProcess, free_port, member_token, start_server
@@ -43,11 +44,18 @@ def contract_server(request: pytest.FixtureRequest, tmp_path: Path):
     # (the bound) is none during the run; "run now" fires within its own request, as before.
     # External OpenAPI sources are on so their routes are in the contract; egress is limited
     # to loopback on a port where nothing listens, so no generated URL reaches anything.
+    # Credentials are on too, so their routes are checked (a destination nothing listens at:
+    # issuing a form sends nothing).
     proc = start_server(tmp_path / "server", url, schema,
                         extra_env={"KAIZEN_TASK_POLL_SECONDS": "3600",
                                    "KAIZEN_OPENAPI_SOURCES_ENABLED": "1",
                                    "KAIZEN_OPENAPI_EGRESS_NETWORKS": "127.0.0.1/32",
-                                   "KAIZEN_OPENAPI_EGRESS_PORTS": str(free_port())})
+                                   "KAIZEN_OPENAPI_EGRESS_PORTS": str(free_port()),
+                                   "KAIZEN_CREDENTIALS_ENABLED": "1",
+                                   "KAIZEN_CREDENTIAL_KEY": new_key_text(),
+                                   "KAIZEN_CREDENTIAL_DESTINATIONS": json.dumps([
+                                       {"id": "echo", "origin": "https://api.example.com",
+                                        "scheme": {"kind": "bearer"}}])})
     try:
         yield proc
     finally:

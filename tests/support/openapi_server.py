@@ -117,6 +117,11 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/api/redirect":
             self._answer(302, headers={"Location": self.server.state.redirect_to})
             return
+        if path == "/api/whoami":
+            # Echoes the credential it got (the credential tests' echo guard must scrub it).
+            self._json(200, {"x_key": self.headers.get("X-Key"),
+                             "authorization": self.headers.get("Authorization")})
+            return
         if path == "/api/headers":
             self._json(200, {"seen": sorted(self.headers.keys())})
             return

@@ -28,7 +28,10 @@ ARGS = '{"job": "train", "api_key": "sk-live-123"}'
 
 
 def external_write(**extra: Any) -> Any:
-    return make_tool("federated_write", returning({"job_id": "j-1"}), **EXTERNAL, **extra)
+    # First-party, as federated_write is: a source tool's credential-shaped arguments never
+    # reach the approval gate (R-349, tests/credentials/test_broker_rest.py).
+    return make_tool("federated_write", returning({"job_id": "j-1"}), **EXTERNAL,
+                     **{"first_party": True, **extra})
 
 
 async def ask(h: Harness, name: str = "federated_write", args: str = ARGS,

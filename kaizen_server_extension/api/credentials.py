@@ -1,0 +1,336 @@
+"""REST and the browser form of the credential quarantine (docs/credentials.md).
+
+Registered only when ``KAIZEN_CREDENTIALS_ENABLED`` is on; off, these paths do not exist.
+
+* ``GET kaizen/api/credentials/destinations`` — where the caller may enter a credential now;
+* ``POST kaizen/api/credentials/forms`` — issue a signed, five-minute, one-shot form for one
+  destination; the answer is the form's URL (its token is the signed plan), never a value;
+* ``GET|POST kaizen/credentials/forms/{token}`` — the form itself, a server-rendered page
+  that shows the destination origin first; the member's browser submits the value straight
+  to the server, which answers with the opaque ``credential_ref`` only;
+* ``GET kaizen/api/credentials`` — the caller's references (identity only: no method anywhere
+  reads a value back, R-395); ``DELETE kaizen/api/credentials/{ref}`` forgets one;
+* ``GET kaizen/api/credentials/receipts`` — the caller's credential-free receipts (R-398).
+"""
+
+from __future__ import annotations
+
+import html
+from datetime import UTC, datetime
+from typing import Any
+
+from jupyter_server.base.handlers import JupyterHandler
+from pydantic import BaseModel, ConfigDict, Field
+from tornado import web
+
+from kaizen_server_extension.api.base import AUTH_RESOURCE, KaizenHandler
+from kaizen_server_extension.api.openapi_parts import (
+    answer,
+    error_answers,
+    operation,
+    path_param,
+    ref,
+)
+from kaizen_server_extension.context import KaizenContext
+from kaizen_server_extension.credentials.forms import FormRefused, OpenForm
+from kaizen_server_extension.credentials.service import CredentialService
+from kaizen_server_extension.protocol.errors import MemberError, NotFound
+
+REF = r"cref_[A-Za-z0-9_-]{22,64}"
+TOKEN = r"[A-Za-z0-9_-]{16,4000}\.[A-Za-z0-9_-]{16,200}"
+FORM_PATH = "kaizen/credentials/forms"
+
+
+class FormRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    destination: str = Field(min_length=1, max_length=120)
+    label: str = Field(default="", max_length=200)
+
+
+def _service(kaizen: KaizenContext) -> CredentialService:
+    service = kaizen.credentials
+    assert isinstance(service, CredentialService)
+    return service
+
+
+class CredentialDestinationsHandler(KaizenHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        service = _service(self.kaizen)
+        usable = [d.public() for d in await service.destinations.listing(self.member)
+                  if await service.broker.refusal(self.member, d) is None]
+        self.write_json(usable)
+
+
+class CredentialFormsHandler(KaizenHandler):
+    @web.authenticated
+    async def post(self) -> None:
+        body = self.parse_body(FormRequest, limit=4096)
+        form = await _service(self.kaizen).forms.issue(self.member, body.destination,
+                                                       body.label)
+        self.write_json(_issued(self, form), status=201)
+
+
+def _issued(handler: JupyterHandler, form: OpenForm) -> dict[str, Any]:
+    return {"form_url": f"{handler.base_url}{FORM_PATH}/{form.token}",
+            "expires_at": datetime.fromtimestamp(form.expires_at, UTC).isoformat(),
+            "destination": form.destination.public(),
+            "remember_offered": form.remember_offered}
+
+
+class CredentialsHandler(KaizenHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        service = _service(self.kaizen)
+        remembered = [c.public() for c in await service.records.remembered_by(self.member)]
+        self.write_json({"remembered": remembered,
+                         "once": service.broker.pending_once(self.member)})
+
+
+class CredentialHandler(KaizenHandler):
+    @web.authenticated
+    async def delete(self, ref: str) -> None:
+        service = _service(self.kaizen)
+        pending = [p for p in service.broker.pending_once(self.member)
+                   if p["credential_ref"] == ref]
+        if pending:
+            service.broker.drop_once(ref)
+            self.write_json({"forgotten": pending[0]})
+            return
+        gone = await service.records.forget(self.member, ref)
+        if gone is None:
+            raise NotFound("You have no credential with that reference.",
+                           code="credential_not_found")
+        self.write_json({"forgotten": gone.public()})
+
+
+class CredentialReceiptsHandler(KaizenHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        receipts = await _service(self.kaizen).records.receipts_of(self.member)
+        self.write_json([r.public() for r in receipts])
+
+
+# --- the form page ------------------------------------------------------------------------
+
+_STYLE = """
+body{font:15px/1.45 system-ui,sans-serif;margin:0;background:#f6f7f9;color:#1d1f23}
+main{max-width:34rem;margin:3rem auto;background:#fff;padding:2rem;border-radius:8px;
+box-shadow:0 1px 4px rgba(0,0,0,.12)}
+.kz-to{margin:0;font-size:.9rem;color:#555}
+#destination-origin{font:600 1.35rem ui-monospace,monospace;margin:.2rem 0 1rem;
+word-break:break-all;padding:.6rem .8rem;border:2px solid #1d5fd6;border-radius:6px}
+label{display:block;margin:.9rem 0 .3rem;font-weight:600}
+input[type=password],input[type=text]{width:100%;box-sizing:border-box;padding:.5rem;
+font:inherit}
+button{margin-top:1.2rem;padding:.55rem 1rem;font:inherit;font-weight:600}
+.kz-note{color:#555;font-size:.85rem}.kz-error{color:#a4161a;font-weight:600}
+code{font:600 1rem ui-monospace,monospace;background:#eef2fb;padding:.15rem .35rem}
+"""
+
+
+def _page(title: str, body: str) -> str:
+    return (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width\">"
+            f"<meta name=\"referrer\" content=\"no-referrer\">"
+            f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>"
+            f"<body><main>{body}</main></body></html>")
+
+
+_FIELD_LABELS = {"value": "Credential", "username": "User name", "password": "Password"}
+
+
+class CredentialFormPage(JupyterHandler):
+    """The signed form: destination origin first (R-388), the value posted straight back."""
+
+    auth_resource = AUTH_RESOURCE
+
+    @property
+    def kaizen(self) -> KaizenContext:
+        ctx: KaizenContext = self.settings["kaizen"]
+        return ctx
+
+    async def prepare(self) -> None:  # type: ignore[override]
+        await super().prepare()
+        # Neither the page nor its answer is cached or sends its URL (the token) anywhere.
+        self.set_header("Cache-Control", "no-store")
+        self.set_header("Referrer-Policy", "no-referrer")
+        self.set_header("X-Content-Type-Options", "nosniff")
+        user = self.current_user
+        if user is None:
+            return  # web.authenticated answers (a redirect to log in)
+        action = "read" if self.request.method == "GET" else "write"
+        if not self.authorizer.is_authorized(self, user, action, AUTH_RESOURCE):
+            raise web.HTTPError(403)
+        member = user.username
+        if member not in self.kaizen.known_members:
+            await self.kaizen.store.members.ensure(member, user.display_name or member)
+            self.kaizen.known_members.add(member)
+
+    @property
+    def member(self) -> str:
+        name: str = self.current_user.username
+        return name
+
+    @web.authenticated
+    async def get(self, token: str) -> None:
+        try:
+            form = await _service(self.kaizen).forms.open(self.member, token)
+        except FormRefused as exc:
+            self._refusal(exc)
+            return
+        self._form(form)
+
+    @web.authenticated
+    async def post(self, token: str) -> None:
+        fields = {name: self.get_body_argument(name, "", strip=False)
+                  for name in ("value", "username", "password")}
+        remember = self.get_body_argument("remember", "") == "yes"
+        try:
+            submitted = await _service(self.kaizen).forms.submit(
+                self.member, token, fields, remember=remember)
+        except MemberError as exc:
+            self._refusal(exc)
+            return
+        finally:
+            fields.clear()
+        origin = html.escape(submitted.destination.origin)
+        kept = ("It is kept, sealed, until you delete it." if submitted.retention == "remember"
+                else "It will be used for one request and then forgotten; it is not stored.")
+        self.finish(_page("Credential saved", (
+            f"<p class=\"kz-to\">Saved for</p><h1 id=\"destination-origin\">{origin}</h1>"
+            f"<p id=\"kz-saved\">Your credential was received. {kept}</p>"
+            f"<p>Give Kaizen this reference (it is not the credential): "
+            f"<code id=\"kz-credential-ref\">{html.escape(submitted.credential_ref)}</code></p>"
+            "<p class=\"kz-note\">You can close this page.</p>")))
+
+    def _form(self, form: OpenForm) -> None:
+        destination = form.destination
+        origin = html.escape(destination.origin)
+        inputs = "".join(
+            f"<label for=\"kz-{name}\">{_FIELD_LABELS[name]}</label>"
+            f"<input id=\"kz-{name}\" name=\"{name}\" "
+            f"type=\"{'text' if name == 'username' else 'password'}\" required "
+            "autocomplete=\"off\" spellcheck=\"false\">"
+            for name in destination.scheme.fields())
+        remember = ("<label><input type=\"checkbox\" name=\"remember\" value=\"yes\" "
+                    "id=\"kz-remember\"> Remember it for later requests (stored sealed; "
+                    "delete it any time)</label>") if form.remember_offered else ""
+        expires = datetime.fromtimestamp(form.expires_at, UTC).strftime("%H:%M:%S UTC")
+        label = html.escape(str(form.plan.get("label") or destination.label or destination.id))
+        self.finish(_page(f"Credential for {destination.origin}", (
+            "<p class=\"kz-to\">This credential will be sent only to</p>"
+            f"<h1 id=\"destination-origin\">{origin}</h1>"
+            f"<p>{label}: {html.escape(destination.scheme.describe())}. The assistant never "
+            "sees what you enter here; it gets an opaque reference.</p>"
+            "<form method=\"post\" autocomplete=\"off\" id=\"kz-credential-form\">"
+            f"{self.xsrf_form_html()}{inputs}{remember}"
+            f"<button type=\"submit\">Send to {origin}</button></form>"
+            f"<p class=\"kz-note\">This form works once and expires at {expires}.</p>")))
+
+    def _refusal(self, exc: MemberError) -> None:
+        self.set_status(exc.status)
+        self.finish(_page("Credential form unavailable", (
+            f"<p class=\"kz-error\" id=\"kz-refused\" data-code=\"{html.escape(exc.code)}\">"
+            f"{html.escape(exc.message)}</p><p class=\"kz-note\">Nothing was stored.</p>")))
+
+
+def credential_routes(prefix: str) -> list[tuple[str, type[web.RequestHandler]]]:
+    return [
+        (rf"{prefix}/credentials", CredentialsHandler),
+        (rf"{prefix}/credentials/destinations", CredentialDestinationsHandler),
+        (rf"{prefix}/credentials/forms", CredentialFormsHandler),
+        (rf"{prefix}/credentials/receipts", CredentialReceiptsHandler),
+        (rf"{prefix}/credentials/({REF})", CredentialHandler),
+        (rf"/{FORM_PATH}/({TOKEN})", CredentialFormPage),
+    ]
+
+
+_ERROR_TEXT = {401: "Not authenticated", 400: "Malformed body",
+               403: "The destination is disabled or denied to you",
+               404: "No such destination or credential of yours",
+               422: "The body does not match the schema"}
+
+
+def credentials_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
+    """(paths, component schemas) for ``api/openapi.py`` (only when credentials are on)."""
+    credential_ref = ref("CredentialRef")
+    destination = ref("CredentialDestination")
+    string = {"type": "string"}
+    nullable = {"type": ["string", "null"]}
+    when = {"type": "string", "format": "date-time"}
+    paths = {
+        "/kaizen/api/credentials/destinations": {"get": operation(
+            "Where the caller may enter a credential now (enabled, allowed by admin policy)",
+            "listCredentialDestinations",
+            {**answer("Destinations", {"type": "array", "items": destination}),
+             **error_answers(_ERROR_TEXT)})},
+        "/kaizen/api/credentials/forms": {"post": operation(
+            "Issue a signed, five-minute, one-shot credential form for one destination. The "
+            "member opens form_url in their browser; the value never passes through this API",
+            "issueCredentialForm",
+            {**answer("The form", ref("CredentialForm"), 201),
+             **error_answers(_ERROR_TEXT, 400, 403, 404, 422)},
+            body_schema="CredentialFormRequest")},
+        "/kaizen/api/credentials": {"get": operation(
+            "The caller's credential references: identity only, never a value (no route "
+            "reads one back)", "listCredentials",
+            {**answer("References", {
+                "type": "object", "required": ["remembered", "once"],
+                "properties": {"remembered": {"type": "array", "items": credential_ref},
+                               "once": {"type": "array", "items": credential_ref}}}),
+             **error_answers(_ERROR_TEXT)})},
+        "/kaizen/api/credentials/{credential_ref}": {"delete": operation(
+            "Forget one of the caller's credentials", "forgetCredential",
+            {**answer("Forgotten", {"type": "object", "required": ["forgotten"],
+                                    "properties": {"forgotten": credential_ref}}),
+             **error_answers(_ERROR_TEXT, 404)},
+            params=[path_param("credential_ref", {"type": "string",
+                                                  "pattern": f"^{REF}$"})])},
+        "/kaizen/api/credentials/receipts": {"get": operation(
+            "The caller's credential receipts: which nonce or request was claimed and how it "
+            "ended; no value, argument, body or result", "listCredentialReceipts",
+            {**answer("Receipts", {"type": "array", "items": ref("CredentialReceipt")}),
+             **error_answers(_ERROR_TEXT)})},
+    }
+    components = {
+        "CredentialFormRequest": {
+            "type": "object", "additionalProperties": False, "required": ["destination"],
+            "properties": {"destination": {"type": "string", "minLength": 1,
+                                           "maxLength": 120},
+                           "label": {"type": "string", "maxLength": 200}}},
+        "CredentialForm": {
+            "type": "object",
+            "required": ["form_url", "expires_at", "destination", "remember_offered"],
+            "properties": {"form_url": string, "expires_at": when, "destination": destination,
+                           "remember_offered": {"type": "boolean"}}},
+        "CredentialDestination": {
+            "type": "object", "required": ["id", "origin", "label", "scheme", "enabled"],
+            "properties": {"id": string, "origin": string, "label": string,
+                           "enabled": {"type": "boolean"}, "provider": string,
+                           "scheme": {"type": "object", "required": ["kind"], "properties": {
+                               "kind": {"enum": ["bearer", "header", "basic", "cookie",
+                                                 "query"]},
+                               "name": nullable}}}},
+        "CredentialRef": {
+            "type": "object",
+            "required": ["credential_ref", "destination", "origin", "retention"],
+            "properties": {"credential_ref": {"type": "string", "pattern": f"^{REF}$"},
+                           "destination": string, "origin": string, "scheme": string,
+                           "label": string, "retention": {"enum": ["once", "remember"]},
+                           "created_at": when}},
+        "CredentialReceipt": {
+            "type": "object",
+            "required": ["id", "kind", "destination", "origin", "status", "claimed_at"],
+            "properties": {"id": string, "kind": {"enum": ["form", "request"]},
+                           "destination": string, "origin": string,
+                           "credential_ref": nullable,
+                           "retention": {"enum": ["once", "remember", None]},
+                           "operation": nullable, "effect": nullable, "run_id": nullable,
+                           "status": {"enum": ["claimed", "stored", "succeeded", "failed",
+                                               "ambiguous"]},
+                           "claimed_at": when,
+                           "settled_at": {"type": ["string", "null"], "format": "date-time"}}},
+    }
+    return paths, components

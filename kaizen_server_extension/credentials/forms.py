@@ -1,0 +1,218 @@
+"""Credential forms: a signed, expiring, one-shot page where a member enters a credential.
+
+The only way a credential value enters Kaizen is a member typing it into this form in their
+own browser; the model never sees the form's values (R-386). A form is issued for one member
+and one destination as a signed plan (``credentials/crypto.py``): the member, the destination
+and its fingerprint (origin, scheme, provider), the origin itself, a random nonce and an
+expiry five minutes out (R-387). The token is the form's URL; nothing about an issued form is
+stored, so issuing costs nothing and an unsubmitted form simply expires.
+
+Opening the form verifies the signature, the expiry and the member, and answers with the
+destination origin before anything else (R-388). Submitting verifies all of that again,
+re-checks the live policy — the destination still exists, is enabled, has the same
+fingerprint, and the member's admin policy for it still allows it — and only then claims the
+nonce, by inserting the form's receipt in the same transaction that stores a remembered value
+(R-389, R-390, R-397). A refusal at any step stores nothing and leaves no receipt. A nonce is
+claimed once: a replayed submission is refused by the database's UNIQUE constraint.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kaizen_server_extension.credentials.broker import CredentialBroker
+from kaizen_server_extension.credentials.crypto import PlanRejected, open_plan, sign_plan
+from kaizen_server_extension.credentials.destinations import Destination
+from kaizen_server_extension.protocol.errors import MemberError
+from kaizen_server_extension.store.credentials import CredentialRecords, NonceSpent
+from kaizen_server_extension.store.store import Store
+
+#: How long an issued form can be submitted (spec: a five-minute expiry).
+FORM_TTL_S = 300
+PLAN_VERSION = 1
+#: The longest secret field a form accepts.
+MAX_SECRET_CHARS = 8192
+MAX_LABEL_CHARS = 200
+
+
+class FormRefused(MemberError):
+    """A form that cannot be opened or submitted; nothing was stored."""
+
+    status = 400
+
+
+class _FormForbidden(FormRefused):
+    status = 403
+
+
+class _FormNotFound(FormRefused):
+    status = 404
+
+
+class _FormUsed(FormRefused):
+    status = 409
+
+
+class _FormExpired(FormRefused):
+    status = 410
+
+
+class _FormInvalid(FormRefused):
+    status = 422
+
+
+_BY_STATUS: Mapping[int, type[FormRefused]] = {
+    400: FormRefused, 403: _FormForbidden, 404: _FormNotFound, 409: _FormUsed,
+    410: _FormExpired, 422: _FormInvalid}
+
+
+_REFUSALS: Mapping[str, tuple[int, str]] = {
+    "form_tampered": (400, "This credential form link is not valid."),
+    "form_expired": (410, "This credential form has expired. Ask for a new one."),
+    "form_used": (409, "This credential form was already used. Ask for a new one."),
+    "form_not_yours": (404, "Not found."),
+    "destination_unknown": (404, "This credential destination no longer exists."),
+    "destination_changed": (409, "This credential destination changed after the form was "
+                                 "issued. Ask for a new form."),
+    "destination_disabled": (403, "Credentials for this destination are disabled."),
+    "destination_denied": (403, "You may not enter credentials for this destination."),
+    "policy_check_failed": (403, "Credentials for this destination cannot be checked now."),
+}
+
+
+def refused(code: str) -> FormRefused:
+    status, message = _REFUSALS[code]
+    return _BY_STATUS[status](message, code=code)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenForm:
+    """A verified plan with its live destination: what the page shows."""
+
+    token: str
+    plan: Mapping[str, Any]
+    destination: Destination
+    remember_offered: bool
+
+    @property
+    def expires_at(self) -> int:
+        return int(self.plan["exp"])
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    credential_ref: str
+    retention: str
+    receipt_id: str
+    destination: Destination
+
+
+class CredentialForms:
+    def __init__(self, store: Store, broker: CredentialBroker, form_key: bytes, *,
+                 remember_enabled: bool, clock: Callable[[], float] = time.time) -> None:
+        self._store = store
+        self._records = CredentialRecords(store)
+        self._broker = broker
+        self._key = form_key
+        self._remember = remember_enabled
+        self._clock = clock
+
+    @property
+    def remember_enabled(self) -> bool:
+        return self._remember
+
+    async def issue(self, member: str, destination_id: str, label: str = "") -> OpenForm:
+        """A fresh form for ``member`` and the destination, if they may use it now."""
+        destination = await self._broker.destinations.lookup(destination_id, member)
+        code = await self._broker.refusal(member, destination)
+        if code is not None or destination is None:
+            raise refused(code or "destination_unknown")
+        plan = {"v": PLAN_VERSION, "member": member, "destination": destination.id,
+                "fingerprint": destination.fingerprint(), "origin": destination.origin,
+                "nonce": secrets.token_urlsafe(18), "exp": int(self._clock()) + FORM_TTL_S,
+                "label": label.strip()[:MAX_LABEL_CHARS]}
+        token = sign_plan(plan, self._key)
+        return OpenForm(token, plan, destination, self._remember)
+
+    async def open(self, member: str, token: str) -> OpenForm:
+        """The form behind ``token`` for ``member``, verified now (raises FormRefused)."""
+        try:
+            plan = open_plan(token, self._key)
+        except PlanRejected as exc:
+            raise refused(exc.code) from None
+        if plan.get("v") != PLAN_VERSION or not isinstance(plan.get("exp"), int):
+            raise refused("form_tampered")
+        # Another member's form is not theirs to know about.
+        if plan.get("member") != member:
+            raise refused("form_not_yours")
+        if plan["exp"] <= self._clock():
+            raise refused("form_expired")
+        destination = await self._broker.destinations.lookup(str(plan.get("destination")),
+                                                             member)
+        code = await self._broker.refusal(member, destination)
+        if code is not None or destination is None:
+            raise refused(code or "destination_unknown")
+        if destination.fingerprint() != plan.get("fingerprint") \
+                or destination.origin != plan.get("origin"):
+            raise refused("destination_changed")
+        if await self._records.nonce_claimed(f"form:{plan['nonce']}"):
+            raise refused("form_used")
+        return OpenForm(token, plan, destination, self._remember)
+
+    async def submit(self, member: str, token: str, fields: Mapping[str, str], *,
+                     remember: bool) -> Submitted:
+        """Verify and re-check everything (``open``), then claim the nonce and keep the
+        value: sealed in the database when the member chose Remember (and it is enabled),
+        else in memory for one request. Raises FormRefused with nothing stored."""
+        form = await self.open(member, token)
+        destination = form.destination
+        secret = _secret_fields(destination, fields)
+        if remember and not self._remember:
+            raise FormRefused("Remembering credentials is not enabled on this server.",
+                              code="remember_disabled")
+        retention = "remember" if remember else "once"
+        label = str(form.plan.get("label") or "") or destination.label or destination.id
+        ref: str | None = None
+        try:
+            async with self._store.transaction() as tx:
+                receipt = await CredentialRecords.claim_in(
+                    tx, nonce=f"form:{form.plan['nonce']}", kind="form", member=member,
+                    destination=destination.id, origin=destination.origin,
+                    retention=retention)
+                if retention == "remember":
+                    sealed = self._broker.seal(member, destination, secret, label)
+                    ref = sealed.ref
+                    await CredentialRecords.remember_in(tx, sealed)
+                else:
+                    ref = self._broker.hold_once(member, destination, secret)
+                await CredentialRecords.settle_in(tx, receipt, "stored", credential_ref=ref)
+                await tx.audit(member, "credential.entered", {
+                    "credential_ref": ref, "destination": destination.id,
+                    "origin": destination.origin, "retention": retention,
+                    "receipt": receipt})
+        except NonceSpent:
+            raise refused("form_used") from None
+        except BaseException:
+            if ref is not None and retention == "once":
+                self._broker.drop_once(ref)
+            raise
+        return Submitted(ref, retention, receipt, destination)
+
+
+def _secret_fields(destination: Destination, fields: Mapping[str, str]) -> dict[str, str]:
+    secret: dict[str, str] = {}
+    for name in destination.scheme.fields():
+        value = fields.get(name, "")
+        if not isinstance(value, str) or not value or len(value) > MAX_SECRET_CHARS \
+                or any(ord(c) < 32 or c == "\x7f" for c in value):
+            raise _FormInvalid(f"Enter the {name.replace('_', ' ')} (at most "
+                               f"{MAX_SECRET_CHARS} characters, no control characters).",
+                               code="credential_field_invalid")
+        secret[name] = value
+    if destination.scheme.kind == "basic" and ":" in secret["username"]:
+        raise _FormInvalid("A user name cannot contain ':'.", code="credential_field_invalid")
+    return secret

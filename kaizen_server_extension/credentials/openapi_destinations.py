@@ -1,0 +1,123 @@
+"""External OpenAPI sources as credential destinations (docs/credentials.md, "Sources").
+
+Each security scheme a member's source uses is one destination, ``oas-<source id>-<tag>``
+(``tools/openapi_sources.py: credential_destination``): its origin is the source's registered
+API base, its scheme the compiled plan (``CompiledAuth``), and its revision the source's
+URLs and cross-origin consent, so a changed source is a new destination and forms issued
+for the old one are refused (R-390). Looked up as the member: another member's source is no
+destination of theirs. Before a form's nonce is claimed and before every request, the source
+is re-read: it must still be the member's, be usable (enabled, and cross-origin only while
+consented and allowed by the administrator), and the admin tree must allow it (R-389).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from kaizen_server_extension.credentials.destinations import (
+    Destination,
+    DestinationInvalid,
+    make_scheme,
+)
+from kaizen_server_extension.store.openapi_sources import SourceNotFound, SourceRecord
+from kaizen_server_extension.tools.egress import Origin
+from kaizen_server_extension.tools.openapi_compiler import CompiledAuth
+from kaizen_server_extension.tools.openapi_sources import (
+    DESTINATION_RE,
+    OpenApiSources,
+    credential_destination,
+    scheme_tag,
+    source_selector,
+)
+
+log = logging.getLogger("kaizen.credentials")
+
+PROVIDER = "openapi"
+
+
+def _revision(source: SourceRecord) -> str:
+    text = f"{source.schema_url}\n{source.api_base}\n{source.cross_origin}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class OpenApiDestinations:
+    provider = PROVIDER
+
+    def __init__(self, sources: OpenApiSources,
+                 allowed: Callable[[str, str], Awaitable[bool]]) -> None:
+        self._sources = sources
+        self._allowed = allowed
+
+    async def _source(self, source_id: str, member: str) -> SourceRecord | None:
+        try:
+            return await self._sources.store.get_for(source_id, member)
+        except SourceNotFound:
+            return None
+
+    async def _schemes(self, source: SourceRecord) -> list[CompiledAuth]:
+        try:
+            document = await self._sources.operations(source)
+        except Exception as exc:
+            # No document now: no destination now (it fails closed).
+            log.info("OpenAPI source %s: no credential destinations (%s)", source.id,
+                     type(exc).__name__)
+            return []
+        seen: dict[str, CompiledAuth] = {}
+        for operation in document.operations:
+            if operation.auth is not None:
+                seen.setdefault(operation.auth.scheme, operation.auth)
+        return list(seen.values())
+
+    @staticmethod
+    def _destination(source: SourceRecord, auth: CompiledAuth) -> Destination | None:
+        try:
+            scheme = make_scheme(auth.kind, auth.name)
+        except DestinationInvalid:
+            return None
+        return Destination(id=credential_destination(source.id, auth.scheme),
+                           origin=str(Origin.of(source.api_base)), scheme=scheme,
+                           label=f"OpenAPI source {source.id} ({auth.scheme})",
+                           enabled=source.enabled, provider=PROVIDER,
+                           revision=_revision(source))
+
+    async def lookup(self, destination_id: str, member: str) -> Destination | None:
+        parsed = DESTINATION_RE.fullmatch(destination_id)
+        if parsed is None:
+            return None
+        source = await self._source(parsed.group(1), member)
+        if source is None:
+            return None
+        for auth in await self._schemes(source):
+            if scheme_tag(auth.scheme) == parsed.group(2):
+                return self._destination(source, auth)
+        return None
+
+    async def listing(self, member: str) -> list[Destination]:
+        out: list[Destination] = []
+        for source in await self._sources.store.enabled_for(member):
+            if not self._sources.usable(source):
+                continue
+            for auth in await self._schemes(source):
+                destination = self._destination(source, auth)
+                if destination is not None:
+                    out.append(destination)
+        return out
+
+    async def refusal(self, member: str, destination: Destination) -> str | None:
+        parsed = DESTINATION_RE.fullmatch(destination.id)
+        source = await self._source(parsed.group(1), member) if parsed else None
+        if source is None:
+            return "destination_unknown"
+        if not self._sources.usable(source):
+            return "destination_disabled"
+        if _revision(source) != destination.revision \
+                or str(Origin.of(source.api_base)) != destination.origin:
+            return "destination_changed"
+        try:
+            allowed = await self._allowed(member, source_selector(source.id))
+        except Exception:
+            log.exception("credential policy check of source %s failed; refusing", source.id)
+            return "policy_check_failed"
+        return None if allowed else "destination_denied"
