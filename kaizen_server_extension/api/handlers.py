@@ -194,8 +194,11 @@ class ToolsHandler(KaizenHandler):
             now = datetime.now(UTC)
             conversation = ConversationRecord("", self.member, agent.id, "", False, 1, 0,
                                               (self.member,), now, now)
+        # The source tools (MCP servers, OpenAPI sources) a run would discover now, as this
+        # member: the listing is the catalog a turn gets, not only the built-in part of it.
+        sources = await self.kaizen.tools.discover(agent=agent, member=self.member)
         catalog = self.kaizen.tools.catalog(agent=agent, conversation=conversation,
-                                            member=self.member)
+                                            member=self.member, sources=sources)
         self.write_json({"digest": catalog.digest, "tools": [
             {"name": t.name, "description": t.description, "parameters": t.parameters,
              "capability": t.capability.value} for t in catalog.advertised

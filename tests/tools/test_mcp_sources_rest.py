@@ -201,6 +201,24 @@ def test_discovery_offers_each_granted_tool_under_its_source_name(world: McpWorl
                     if n.startswith("mcp__")}
 
 
+@pytest.mark.rule("R-400", "R-065")
+def test_the_tools_listing_shows_the_source_tools_a_turn_would_get(world: McpWorld) -> None:
+    with world.server.client("alice") as alice:
+        listed = alice.get("tools", params={"agent_id": MCP_AGENT})
+        assert listed.status_code == 200, listed.text
+        names = {t["name"] for t in listed.json()["tools"]} | set(listed.json()["deferred"])
+        assert {"mcp__local__lookup", "mcp__web__lookup"} <= names
+        assert not {n for n in names if n.startswith(("mcp__down__", "mcp__off__"))}
+        assert "mcp__local__bad_schema" not in names
+        # In a shared room, as in its turns, none.
+        shared = _room(alice, shared=True)
+        in_room = alice.get("tools", params={"conversation_id": shared}).json()
+        assert not {t["name"] for t in in_room["tools"] if t["name"].startswith("mcp__")}
+        # An agent granting no server lists none.
+        general = alice.get("tools", params={"agent_id": "general"}).json()
+        assert not {t["name"] for t in general["tools"] if t["name"].startswith("mcp__")}
+
+
 @pytest.mark.rule("R-374")
 def test_a_shared_room_is_offered_no_mcp_tool(world: McpWorld) -> None:
     with world.server.client("alice") as alice:
