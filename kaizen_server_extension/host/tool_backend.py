@@ -428,8 +428,12 @@ class PipelineToolBackend:
         tools, the member's policy and this agent's catalog in this room (R-206)."""
         if not has_tokens(prompt):
             return ResolvedAttachments(model_text=prompt)
-        catalog = self.catalog(agent=agent, conversation=conversation, member=member)
-        registered = {d.name: d.surface for d in self._registry.descriptors()}
+        # Source tools (MCP, OpenAPI) exist only as discovered now, as this member.
+        sources = await self.discover(agent=agent, member=member)
+        catalog = self.catalog(agent=agent, conversation=conversation, member=member,
+                               sources=sources)
+        registered = {d.name: d.surface for d in (
+            *self._registry.descriptors(), *(t.descriptor for t in sources.tools))}
         named = {t.ref.rpartition("/")[2] for t in tokens_in(prompt) if t.kind == "tool"}
         disabled = frozenset([name for name in sorted(named & registered.keys())
                               if not await self.permissions.allowed(member, name)])

@@ -219,6 +219,24 @@ def test_the_tools_listing_shows_the_source_tools_a_turn_would_get(world: McpWor
         assert not {t["name"] for t in general["tools"] if t["name"].startswith("mcp__")}
 
 
+@pytest.mark.rule("R-206", "R-207")
+def test_a_task_prompt_can_attach_a_discovered_source_tool(world: McpWorld) -> None:
+    with world.server.client("alice") as alice:
+        room = _room(alice)
+        saved = alice.post("tasks", json={
+            "name": "Forecast", "conversation_id": room,
+            "prompt": "check {{tool:mcp:local/mcp__local__lookup}} and report"})
+        assert saved.status_code == 201, saved.text
+        # A tool of a server that is down is no tool now: refused, nothing saved.
+        before = alice.get("tasks").json()
+        refused = alice.post("tasks", json={
+            "name": "Down", "conversation_id": room,
+            "prompt": "check {{tool:mcp:down/mcp__down__lookup}}"})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["code"] == "attachment_invalid"
+        assert alice.get("tasks").json() == before
+
+
 @pytest.mark.rule("R-374")
 def test_a_shared_room_is_offered_no_mcp_tool(world: McpWorld) -> None:
     with world.server.client("alice") as alice:
