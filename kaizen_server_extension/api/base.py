@@ -9,7 +9,7 @@ import uuid
 from itertools import accumulate
 from typing import Any, TypeVar
 
-from jupyter_server.base.handlers import APIHandler
+from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import StatementError
 from tornado import web
@@ -60,6 +60,18 @@ def whole_number(value: Any) -> Any:
     return value
 
 
+async def admit_member(handler: JupyterHandler, kaizen: KaizenContext, user: Any,
+                       action: str) -> None:
+    """The Jupyter authorizer's word on ``action`` over Kaizen's resource (403 when it says
+    no), then the member's row, created the first time this process sees them."""
+    if not handler.authorizer.is_authorized(handler, user, action, AUTH_RESOURCE):
+        raise web.HTTPError(403)
+    member = user.username
+    if member not in kaizen.known_members:
+        await kaizen.store.members.ensure(member, user.display_name or member)
+        kaizen.known_members.add(member)
+
+
 class KaizenHandler(APIHandler):
     """Authenticated JSON handler. XSRF is enforced by jupyter_server for cookie clients."""
 
@@ -87,12 +99,7 @@ class KaizenHandler(APIHandler):
         if user is None:
             raise web.HTTPError(401)
         action = "read" if self.request.method in ("GET", "HEAD", "OPTIONS") else "write"
-        if not self.authorizer.is_authorized(self, user, action, AUTH_RESOURCE):
-            raise web.HTTPError(403)
-        member = user.username
-        if member not in self.kaizen.known_members:
-            await self.kaizen.store.members.ensure(member, user.display_name or member)
-            self.kaizen.known_members.add(member)
+        await admit_member(self, self.kaizen, user, action)
         if self._finished:
             return
         self.check_route()

@@ -23,7 +23,7 @@ from jupyter_server.base.handlers import JupyterHandler
 from pydantic import BaseModel, ConfigDict, Field
 from tornado import web
 
-from kaizen_server_extension.api.base import AUTH_RESOURCE, KaizenHandler
+from kaizen_server_extension.api.base import AUTH_RESOURCE, KaizenHandler, admit_member
 from kaizen_server_extension.api.openapi_parts import (
     answer,
     error_answers,
@@ -160,13 +160,8 @@ class CredentialFormPage(JupyterHandler):
         user = self.current_user
         if user is None:
             return  # web.authenticated answers (a redirect to log in)
-        action = "read" if self.request.method == "GET" else "write"
-        if not self.authorizer.is_authorized(self, user, action, AUTH_RESOURCE):
-            raise web.HTTPError(403)
-        member = user.username
-        if member not in self.kaizen.known_members:
-            await self.kaizen.store.members.ensure(member, user.display_name or member)
-            self.kaizen.known_members.add(member)
+        await admit_member(self, self.kaizen, user,
+                           "read" if self.request.method == "GET" else "write")
 
     @property
     def member(self) -> str:

@@ -51,15 +51,20 @@ def evidence_references(results: Iterable[tuple[str, str]]) -> frozenset[str]:
     citing tools, given as (tool name, content). A reference inside a quoted passage (a
     document can contain any text, a forged reference included) is not evidence of itself."""
     found: set[str] = set()
+    for body in _citing_bodies(results):
+        found.update(ref for value in _citations(body) for ref in REFERENCE.findall(value))
+    return frozenset(found)
+
+
+def _citing_bodies(results: Iterable[tuple[str, str]]) -> Iterator[Any]:
+    """The parsed results of the citing tools among (tool name, content)."""
     for name, content in results:
         if name not in CITING_TOOLS:
             continue
         try:
-            body = json.loads(content)
+            yield json.loads(content)
         except ValueError:
             continue
-        found.update(ref for value in _citations(body) for ref in REFERENCE.findall(value))
-    return frozenset(found)
 
 
 def _citations(value: Any) -> Iterator[str]:
@@ -102,13 +107,7 @@ def retrieved_sources(results: Iterable[tuple[str, str]]) -> list[tuple[str, str
     tools ranked them, one per document version or conversation."""
     sources: list[tuple[str, str]] = []
     seen: set[str] = set()
-    for name, content in results:
-        if name not in CITING_TOOLS:
-            continue
-        try:
-            body = json.loads(content)
-        except ValueError:
-            continue
+    for body in _citing_bodies(results):
         for item in _cited_items(body):
             citation = item["citation"]
             references = REFERENCE.findall(citation)

@@ -23,6 +23,7 @@ from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from tests.conftest import served_by, with_server_store
+from tests.support.processes import stop_process
 from tests.support.server import ServerProcess, free_port, member_token
 
 API_SCRIPT = Path(__file__).resolve().parents[1] / "support" / "credential_api.py"
@@ -46,13 +47,6 @@ def start_api(log: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("the echo API did not start")
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 @dataclass
@@ -156,4 +150,4 @@ def credential_world(backend: str, root: Path, *, remember: bool = True,
                     "KAIZEN_TEST_NOTE_LOG": str(note_log)}) as server:
             yield CredentialWorld(server, fake, origin, key, api_log, note_log)
     finally:
-        stop(api)
+        stop_process(api)

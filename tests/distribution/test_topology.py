@@ -32,6 +32,7 @@ from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from tests.conftest import POSTGRES_URL, drop_schema, new_schema
 from tests.events.support import connect, read_until
 from tests.kernel.test_gateway import GATEWAY_TOKEN, KernelGateway, running_gateway
+from tests.support.processes import stop_process
 from tests.support.server import SERVER_TOKEN, ServerProcess, free_port, json_of, start_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,12 +104,7 @@ def running_caddy(root: Path, upstreams: list[str]) -> Iterator[str]:
             time.sleep(0.2)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        stop_process(process)
 
 
 @pytest.fixture(scope="module")

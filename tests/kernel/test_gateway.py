@@ -30,6 +30,7 @@ from kaizen_kernel.service import RunCodeConfig, RunCodeService
 from kaizen_server_extension.store.engine import sqlite_url_for
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from tests.lanes.test_turns import _events, _room, _send, _settled
+from tests.support.processes import stop_process
 from tests.support.server import ServerProcess, free_port, start_server
 
 GATEWAY_TOKEN = "gateway-token-for-tests"
@@ -123,12 +124,7 @@ def running_gateway(command: list[str], env: dict[str, str], root: Path, port: i
                 time.sleep(0.1)
         yield gateway
     finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        stop_process(process, grace_s=15)
 
 
 @pytest.fixture(scope="module")

@@ -30,6 +30,7 @@ from kaizen_server_extension.tools.pipeline import DEFAULT_PROJECTION_LIMIT
 from tests.conftest import BACKENDS, served_by, with_server_store
 from tests.lanes.test_turns import _events, _pending_approval, _send, _settled
 from tests.support.mcp_agent_plugin import MCP_AGENT
+from tests.support.processes import stop_process
 from tests.support.server import ServerProcess, free_port
 
 MCP_SCRIPT = Path(__file__).resolve().parents[1] / "support" / "mcp_server.py"
@@ -89,14 +90,6 @@ def _start_http_mcp(log: Path) -> tuple[subprocess.Popen[bytes], int]:
     raise RuntimeError("the HTTP MCP server did not start")
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
 
 
 class McpWorld:
@@ -140,8 +133,8 @@ def world(request: pytest.FixtureRequest,
                 "KAIZEN_MCP_SERVERS": json.dumps(servers)}) as proc:
             yield McpWorld(proc, fake, logs, flicker)
     finally:
-        _stop(web)
-        _stop(flicker)
+        stop_process(web)
+        stop_process(flicker)
 
 
 def _room(client: httpx.Client, agent: str = MCP_AGENT, shared: bool = False) -> str:
@@ -358,7 +351,7 @@ def test_a_server_gone_after_discovery_is_a_member_safe_refusal(world: McpWorld)
                       for e in _events(alice, room, accepted["run_id"])):
             assert time.monotonic() < deadline, "the run never started a step"
             time.sleep(0.05)
-        _stop(world.flicker)
+        stop_process(world.flicker)
         run = _settled(alice, accepted["run_id"], timeout=120)
         [settled] = _settled_calls(alice, room, accepted["run_id"])
         assert settled["name"] == "mcp__flicker__lookup" and settled["outcome"] == "error"
