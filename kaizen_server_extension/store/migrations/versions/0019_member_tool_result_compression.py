@@ -25,5 +25,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("members") as batch:
-        batch.drop_column("tool_result_compression")
+    # A plain DROP COLUMN (SQLite 3.35+ has it): a batch rebuild of members would drop the
+    # table every other table's foreign keys point at, which SQLite refuses.
+    op.execute("ALTER TABLE members DROP COLUMN tool_result_compression")
