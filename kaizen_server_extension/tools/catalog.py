@@ -198,7 +198,8 @@ def freeze_catalog(
     first = {a.name for a in advertised} | set(slot)
     if budgeted:
         assert direct is not None
-        for name in (*((required,) if required else ()), *earned, *direct):
+        preferred = delivery_preference(member_request, draft)
+        for name in (*((required,) if required else ()), *earned, *preferred, *direct):
             if name in draft.descriptors:
                 first.update(draft.protocol_of(name))
     for name in attached:
@@ -332,6 +333,41 @@ def first_step_slot(text: str, catalog: FrozenCatalog) -> tuple[str, ...]:
             continue
         chosen.extend(group)
     return tuple(chosen)
+
+
+#: The staged writer's opening operation: its protocol comes whole (R-301).
+STAGED_WRITER = "begin_artifact"
+CODE_TOOL = "run_code"
+_NATIVE_FILE = re.compile(
+    r"\b(?:pdf|docx?|word\s+(?:document|file)|powerpoint|pptx|slide\s*deck|excel|xlsx"
+    r"|spreadsheet)s?\b", re.IGNORECASE)
+_NEW_ARTIFACT = re.compile(
+    r"\b(?:make|create|build|write|draw|generate|design)\b[^.?!\n]{0,80}?\b(?:game|app"
+    r"|web\s*page|page|document|report|image|illustration|picture|diagram|svg|artwork"
+    r"|website|dashboard|story|poem)s?\b", re.IGNORECASE)
+
+
+def delivery_preference(text: str, catalog: FrozenCatalog) -> tuple[str, ...]:
+    """What an unambiguous request for a new artifact prefers on the first step: the staged
+    writer's whole protocol; for a native PDF, Word, PowerPoint or Excel file, run_code
+    instead, which writes real files where the staged writer writes only text and HTML
+    (R-246). Visibility only, like every preference: the tools are already in the catalog.
+    A request naming no new artifact, or discussing one ("why is the PDF..."), prefers
+    nothing."""
+    names = catalog.descriptors
+    request = _NEW_ARTIFACT.search(text)
+    if request is None or STAGED_WRITER not in names or _talks_about(text, request.start()):
+        return ()
+    if _NATIVE_FILE.search(text):
+        return (CODE_TOOL,) if CODE_TOOL in names else ()
+    return tuple(catalog.protocol_of(STAGED_WRITER))
+
+
+def _talks_about(text: str, start: int) -> bool:
+    """A negation or a question word before ``start`` in its sentence ("don't make...",
+    "how do I build..."): the sentence is about the thing, not a request for it."""
+    sentence_start = max(text.rfind(c, 0, start) for c in ".!?\n") + 1
+    return bool(_NEGATION.search(text[sentence_start:start]))
 
 
 _NAME = r"`?(?P<name>[A-Za-z0-9_-]+)`?"

@@ -303,3 +303,16 @@ async def test_a_retained_run_code_file_stays_an_opaque_native_artifact(store: S
                    "artifact_not_text")
     after = await artifacts.resolve("alice", aid)
     assert (after.kind, after.mime, after.version, after.content) == ("file", mime, 1, docx)
+
+
+@pytest.mark.rule("R-179")
+def test_create_artifact_says_an_explicit_request_overrides_keeping_answers_in_chat() -> None:
+    # The size heuristic and its override are one description the model reads with the tool.
+    text = " ".join(plugin.create_artifact.descriptor.description.split())
+    assert "Keep short answers in chat by default" in text
+    assert ("when the member explicitly asks you to create, make, build or write a report, "
+            "document, page, diagram or other artifact, gather what you need and then create "
+            "it even if it is short") in text
+    # And native office files are not this tool's (run_code writes them, R-246).
+    assert "Native Word, PowerPoint, Excel or PDF files are not artifacts: make them with " \
+           "run_code" in text

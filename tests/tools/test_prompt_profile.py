@@ -88,6 +88,27 @@ def test_the_search_agent_s_retrieval_is_direct_under_the_compact_profile(
         TOOL_SEARCH_NAME, "run_code"}
 
 
+@pytest.mark.rule("R-246", "R-301", "R-306")
+def test_a_new_artifact_request_prefers_the_staged_writer_and_a_native_file_run_code(
+        descriptors: list[ToolDescriptor]) -> None:
+    game = _freeze(descriptors, COMPACT, "Build me a small snake game I can play here")
+    # The whole staged protocol, beside the profile's direct tools; no requirement.
+    assert _first(game) == {TOOL_SEARCH_NAME, "run_code", *STAGED}
+    assert game.required_tool is None
+    # A native file is run_code's to write: the staged writer (text and HTML only) is not
+    # preferred, though "report" is an artifact word.
+    for request in ("Make me a PDF report of last month's sales",
+                    "Create a PowerPoint deck summarising the churn analysis",
+                    "Write the results to an Excel spreadsheet"):
+        assert _first(_freeze(descriptors, COMPACT, request)) == {TOOL_SEARCH_NAME, "run_code"}
+    # Talking about an artifact asks for none.
+    for request in ("Don't make a game, just tell me the rules",
+                    "How would I build a dashboard for this?", "Load data.csv and sum b"):
+        assert _first(_freeze(descriptors, COMPACT, request)) == {TOOL_SEARCH_NAME, "run_code"}
+    # Visibility only: the grant is the same catalog either way.
+    assert set(game.names) == set(_freeze(descriptors, COMPACT, "sum b").names)
+
+
 @pytest.mark.rule("R-298", "R-299", "R-301")
 def test_what_the_turn_names_is_earned_onto_the_first_step_protocols_whole(
         descriptors: list[ToolDescriptor]) -> None:
