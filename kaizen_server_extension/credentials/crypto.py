@@ -121,7 +121,9 @@ def open_plan(token: str, key: bytes) -> dict[str, Any]:
         expected = hmac.new(key, body.encode("ascii"), hashlib.sha256).digest()
     except (binascii.Error, ValueError, UnicodeEncodeError):
         raise PlanRejected("form_tampered") from None
-    if not hmac.compare_digest(mac, expected):
+    # One spelling per token: base64 leaves the last character's low bits free, so a MAC
+    # that decodes right from another spelling is a changed token all the same.
+    if not hmac.compare_digest(mac, expected) or _b64(mac) != mac_text:
         raise PlanRejected("form_tampered")
     try:
         plan = json.loads(_unb64(body))

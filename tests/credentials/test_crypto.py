@@ -90,3 +90,16 @@ def test_query_string_destinations_are_refused_in_the_settings() -> None:
         KaizenSettings.from_environ({"KAIZEN_CREDENTIAL_DESTINATIONS": (
             '[{"id": "q", "origin": "https://a.example", '
             '"scheme": {"kind": "query", "name": "key"}}]')})
+
+
+@pytest.mark.rule("R-387")
+def test_a_second_spelling_of_the_same_mac_is_tampering() -> None:
+    # The last base64 character of a 32-byte MAC carries two free bits: flipping one spells
+    # the same bytes differently. A token has one spelling; any other is refused.
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    token = sign_plan(PLAN, KEYS.form)
+    twin = token[:-1] + alphabet[alphabet.index(token[-1]) ^ 1]
+    assert twin != token
+    with pytest.raises(PlanRejected, match="form_tampered"):
+        open_plan(twin, KEYS.form)
+    assert open_plan(token, KEYS.form) == open_plan(sign_plan(PLAN, KEYS.form), KEYS.form)
