@@ -422,14 +422,16 @@ class PipelineToolBackend:
                            knowledge_scope=KnowledgeScope.from_stored(agent.knowledge_scope))
 
     async def prompt_attachments(self, prompt: str, *, agent: AgentRecord,
-                                 conversation: ConversationRecord,
-                                 member: str) -> ResolvedAttachments:
+                                 conversation: ConversationRecord, member: str,
+                                 sources: Discovered | None = None) -> ResolvedAttachments:
         """A saved prompt's step attachments resolved against what holds now: the registered
-        tools, the member's policy and this agent's catalog in this room (R-206)."""
+        tools, the member's policy and this agent's catalog in this room (R-206).
+        ``sources``: the source tools already discovered for this run, else discovered here
+        (source tools exist only as discovered now, as this member)."""
         if not has_tokens(prompt):
             return ResolvedAttachments(model_text=prompt)
-        # Source tools (MCP, OpenAPI) exist only as discovered now, as this member.
-        sources = await self.discover(agent=agent, member=member)
+        if sources is None:
+            sources = await self.discover(agent=agent, member=member)
         catalog = self.catalog(agent=agent, conversation=conversation, member=member,
                                sources=sources)
         registered = {d.name: d.surface for d in (

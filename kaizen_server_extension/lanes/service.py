@@ -121,8 +121,9 @@ class ToolBackend(Protocol):
                sources: Discovered = NOTHING_DISCOVERED) -> FrozenTools: ...
 
     async def prompt_attachments(self, prompt: str, *, agent: AgentRecord,
-                                 conversation: ConversationRecord,
-                                 member: str) -> ResolvedAttachments: ...
+                                 conversation: ConversationRecord, member: str,
+                                 sources: Discovered | None = None
+                                 ) -> ResolvedAttachments: ...
 
     def caller(self, *, bundle: AuthorityBundle, tools: FrozenTools,
                cancelled: asyncio.Event,
@@ -383,10 +384,15 @@ class LaneService:
         catalog hides (R-300). A task's saved prompt may attach tools with structural tokens:
         resolved now, against this member, agent and room (R-206); the admitted ones are on
         the first step of this run only (R-208). In chat a token is only text (R-205)."""
+        # The run's source tools (MCP servers, OpenAPI sources) are discovered now, once, as
+        # the run's member; a recovered run discovers again, and a changed inventory changes
+        # the digest, so it is settled rather than resumed with tools it was not admitted with.
+        sources = await self._tools.discover(agent=agent, member=run.member)
         attachments = ResolvedAttachments(model_text=text)
         if posture != CHAT_POSTURE:
             attachments = await self._tools.prompt_attachments(
-                text, agent=agent, conversation=conversation, member=run.member)
+                text, agent=agent, conversation=conversation, member=run.member,
+                sources=sources)
         profile = self._config.prompt_profile
         earned: list[str] = []
         if profile.defers_tools:
@@ -395,10 +401,6 @@ class LaneService:
             roster = await load_artifact_roster(self.store, run.member, run.conversation_id)
             if any(entry.unfinished for entry in roster.entries):
                 earned.append(COMPLETE_TOOL)
-        # The run's source tools (MCP servers) are discovered now, as the run's member; a
-        # recovered run discovers again, and a changed inventory changes the digest, so it
-        # is settled rather than resumed with tools it was not admitted with.
-        sources = await self._tools.discover(agent=agent, member=run.member)
         tools = self._tools.freeze(agent=agent, conversation=conversation, member=run.member,
                                    request_text=text, profile=profile, earned=tuple(earned),
                                    attached=attachments.tools if attachments.ok else (),
