@@ -592,9 +592,10 @@ class KaizenApp(ExtensionApp):
         gc.freeze()
 
     def _warm_model(self) -> None:
-        """Load an in-process model now, in the background, so the member's first question
-        does not wait for it (the local gateway's ``warm``; a turn arriving meanwhile queues
-        behind the load on the model's own thread)."""
+        """Warm the model gateway now, in the background, so the member's first question
+        does not wait for it: an in-process model loads (the local gateway's ``warm``; a turn
+        arriving meanwhile queues behind the load on the model's own thread), a remote one
+        loads its HTTP transport."""
         warm = getattr(self._gateway, "warm", None)
         if warm is None:
             return

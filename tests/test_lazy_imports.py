@@ -11,10 +11,11 @@ import sys
 import pytest
 
 #: Loaded only by the code that uses them: the embedded model, provider SDKs, the Hashline
-#: engine, the office writers, the data stack (numpy comes with rank_bm25), migrations.
+#: engine, the office writers, the data stack (numpy comes with rank_bm25), migrations, the
+#: model gateway's transport (aiohttp, on the first model request).
 HEAVY = ("llama_cpp", "openai", "anthropic", "kaizen_hashline.engine", "docx", "pptx",
          "openpyxl", "reportlab", "numpy", "pandas", "matplotlib", "scipy", "pyarrow",
-         "rank_bm25", "alembic", "mcp")
+         "rank_bm25", "alembic", "mcp", "aiohttp")
 
 
 def _loaded_after(code: str) -> set[str]:

@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-import httpx
-
 from kaizen_server_extension.protocol.model import ModelStepError
 
 # Deterministic: replaying the same request cannot succeed.
@@ -90,19 +88,6 @@ def classify_stream_error(error: Any) -> ModelStepError:
     if fields.get("code") in _DETERMINISTIC_ERROR_CODES:
         return step_error(INVALID_REQUEST)
     return step_error(STREAM_ERROR)
-
-
-def classify_transport(exc: httpx.RequestError | httpx.InvalidURL) -> ModelStepError:
-    """A failure below HTTP: refused connection, timeout, cut stream, unusable URL."""
-    if isinstance(exc, httpx.InvalidURL | httpx.UnsupportedProtocol):
-        return step_error(MISCONFIGURED)
-    if isinstance(exc, httpx.TimeoutException):
-        return step_error(TIMEOUT)
-    if isinstance(exc, httpx.ConnectError | httpx.ProxyError):
-        return step_error(CONNECT_FAILED)
-    if isinstance(exc, httpx.DecodingError):
-        return step_error(MALFORMED_RESPONSE)
-    return step_error(STREAM_INTERRUPTED)
 
 
 _MODEL_ERROR_CODES: Final = frozenset({"model_not_found", "invalid_model", "model_not_available"})

@@ -1,7 +1,7 @@
 """Model providers: named factories of model gateways, registered through pluggy.
 
 A plugin registers a :class:`ModelProvider` from ``kaizen_register_model_providers``; the
-built-in ``openai-compatible`` (httpx, :class:`~.client.ModelGateway`) and ``local``
+built-in ``openai-compatible`` (aiohttp, :class:`~.client.ModelGateway`) and ``local``
 (llama-cpp, :class:`~.local.LocalModelGateway`) providers come through the same hook from
 ``kaizen_plugins.providers``. The operator picks one by name with ``KAIZEN_MODEL_PROVIDER``
 (``c.KaizenApp.model_provider``); an unknown name stops start-up naming the setting.

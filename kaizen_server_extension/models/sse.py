@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterable
 
 DONE = "[DONE]"
 
 
-async def iter_sse_data(lines: AsyncIterable[str]) -> AsyncIterator[str]:
+async def iter_sse_data(lines: AsyncIterable[str]) -> AsyncGenerator[str, None]:
     """Join ``data:`` lines per event (blank line ends one); comments and other fields are
     ignored. A trailing event without its blank line is still delivered."""
     data: list[str] = []

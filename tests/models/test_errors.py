@@ -7,7 +7,6 @@ import re
 import socket
 from typing import Any
 
-import httpx
 import pytest
 
 from kaizen_server_extension.models import errors
@@ -122,17 +121,20 @@ async def test_refused_connection_is_retryable(gateway_for: GatewayFactory) -> N
     assert_content_free(caught.value)
 
 
-@pytest.mark.parametrize(
-    "exc",
-    [httpx.UnsupportedProtocol("x"), httpx.InvalidURL("x")],
-    ids=["unsupported-protocol", "invalid-url"],
-)
-def test_unusable_url_is_a_deterministic_misconfiguration(
-    exc: httpx.RequestError | httpx.InvalidURL,
+@pytest.mark.parametrize("base_url", ["ftp://127.0.0.1:1/v1", "http://[::1/v1"],
+                         ids=["unsupported-protocol", "invalid-url"])
+async def test_unusable_url_is_a_deterministic_misconfiguration(
+    base_url: str, gateway_for: GatewayFactory
 ) -> None:
-    error = errors.classify_transport(exc)
+    """Past the start-up check (GatewayConfig refuses these), a URL the transport cannot use
+    is still a deterministic misconfiguration, never a retry."""
+    gateway = gateway_for("http://127.0.0.1:1/v1")
+    object.__setattr__(gateway.config, "base_url", base_url)
 
-    assert (error.code, error.retryable) == ("provider_misconfigured", False)
+    with pytest.raises(ModelStepError) as caught:
+        await collect(gateway, snapshot_for("hi"))
+
+    assert (caught.value.code, caught.value.retryable) == ("provider_misconfigured", False)
 
 
 async def test_no_first_byte_within_read_timeout_is_retryable(

@@ -55,7 +55,7 @@ def test_the_built_in_providers_come_through_the_plugin_hook() -> None:
     assert providers.owner(LOCAL) == "kaizen_plugins.providers"
 
 
-async def test_the_openai_compatible_provider_builds_the_httpx_gateway() -> None:
+async def test_the_openai_compatible_provider_builds_the_http_gateway() -> None:
     provider = _providers().select("", base_url="http://127.0.0.1:9/v1")
     assert provider.name == OPENAI_COMPATIBLE
     gateway = create_gateway(provider, ProviderSettings(
