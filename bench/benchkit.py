@@ -112,7 +112,22 @@ def percentile(samples_ns: Iterable[int], q: float) -> float:
 
 
 def process_cpu_s(pid: int) -> float:
-    """A process's CPU time so far (user + system, all threads), from /proc; 0 elsewhere."""
+    """A process's CPU time so far (all its live threads), from /proc; 0 elsewhere.
+
+    The scheduler's own nanosecond count per thread (``task/*/schedstat``), not
+    ``/proc/PID/stat``'s user + system, which moves in clock ticks (10 ms): a per-step figure
+    of a few milliseconds needs the finer clock. Falls back to ticks where schedstat is off."""
+    total_ns = 0
+    try:
+        for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+            try:
+                total_ns += int(stat.read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue  # a thread that ended meanwhile
+    except OSError:
+        return 0.0
+    if total_ns:
+        return total_ns / 1e9
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
