@@ -51,11 +51,11 @@ class TaskTools:
     async def member_words(self, member: str, run_id: str) -> str:
         """The member's own accepted message that started ``run_id``, read on the server:
         what steer_goal and answer_goal_input bind (R-186)."""
-        run, text, _model = await self._tasks.store.runs.admission_facts(run_id)
-        if run.member != member or await self._tasks.posture_of(run_id) != CHAT_POSTURE:
+        facts = await self._tasks.store.runs.admission_facts(run_id)
+        if facts.run.member != member or facts.posture != CHAT_POSTURE:
             raise SchemaViolation("This turn has no message of yours to use.",
                                   code="no_member_input")
-        return text
+        return facts.text
 
     async def steer(self, member: str, task_id: str, words: str) -> TaskRecord:
         """Keep the member's words with the task's goal (an edit: the version moves on)."""

@@ -328,6 +328,8 @@ class PipelineToolBackend:
             found = found + await self._openapi.discover(member, agent.tool_ceiling)
         # A registered tool's name is never taken over by a source.
         candidates = [t for t in found.tools if t.descriptor.name not in self._registry]
+        if not candidates:  # an agent granting no source: no policy to read
+            return Discovered((), found.unavailable)
         allowed = await self.permissions.allowed_names(
             member, [t.descriptor.name for t in candidates])
         kept = tuple(t for t in candidates if t.descriptor.name in allowed)

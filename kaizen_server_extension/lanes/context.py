@@ -15,7 +15,10 @@ from kaizen_server_extension.policy.grounding import compose_system_prompt
 from kaizen_server_extension.protocol.model import ChatMessage
 from kaizen_server_extension.protocol.tools import AdvertisedTool
 from kaizen_server_extension.store.artifacts.checkpoints import UpdateCheckpoints
-from kaizen_server_extension.store.artifacts.repository import ArtifactStore
+from kaizen_server_extension.store.artifacts.repository import (
+    ArtifactStore,
+    room_may_list_artifacts,
+)
 from kaizen_server_extension.store.records import EventRecord
 from kaizen_server_extension.store.store import Store
 
@@ -76,6 +79,9 @@ async def roster_for(store: Store, member: str, conversation_id: str,
 async def load_artifact_roster(store: Store, member: str,
                                conversation_id: str) -> ArtifactRoster:
     """The member's view of this room's artifacts, with their own unfinished updates."""
+    if not await store.read(room_may_list_artifacts, member, conversation_id,
+                            single_statement=True):
+        return ArtifactRoster(())  # the common case: nothing to list, nothing more to read
     artifacts = ArtifactStore(store)
     listed = await artifacts.list_for(member, room=conversation_id, limit=MAX_ROSTER_ENTRIES)
     unfinished = {c.artifact_id for c in

@@ -22,13 +22,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.notifications import (
     NotificationRecord,
     NotificationRepository,
 )
+from kaizen_server_extension.store.units import Unit, select_rows
 
 log = logging.getLogger("kaizen.lanes")
 
@@ -185,27 +186,19 @@ class CompletionInbox:
         A member's own cancel needs no reminder; a run not yet terminal has nothing to say.
         Safe to call from every process that saw the settlement (one row per run).
         """
-        async with self.repository.store.transaction() as tx:
-            row = (await tx.session.execute(
-                select(m.Run.member, m.Run.conversation_id, m.Run.status)
-                .where(m.Run.id == run_id)
-            )).first()
-            task = (await tx.session.execute(
-                select(m.TaskFiring.task_id, m.Task.name)
-                .join(m.Task, m.Task.id == m.TaskFiring.task_id)
-                .where(m.TaskFiring.run_id == run_id)
-            )).first()
-        if row is None:
+        settled = await self.repository.store.read(settled_run, run_id,
+                                                   single_statement=True)
+        if settled is None:
             return None
-        member, conversation_id, status = str(row[0]), str(row[1]), str(row[2])
+        member, conversation_id, status, task_id, task_name = settled
         if status not in m.TERMINAL_RUN_STATUSES or status == "cancelled":
             return None
-        if task is not None:
+        if task_id is not None:
             # The task-run producer: unattended by nature, so always delivered (R-031).
             return await self.notify(
-                member=member, destination=Destination.task_run(str(task[0]), run_id),
+                member=member, destination=Destination.task_run(task_id, run_id),
                 attendance=Attendance.UNATTENDED, status=status,
-                title=_TASK_TITLES.get(status, "Your task finished.").format(name=task[1]),
+                title=_TASK_TITLES.get(status, "Your task finished.").format(name=task_name),
                 dedupe_key=f"run:{run_id}")
         return await self.notify(
             member=member,
@@ -215,6 +208,26 @@ class CompletionInbox:
             title=_TITLES.get(status, "Your request finished."),
             dedupe_key=f"run:{run_id}",
         )
+
+
+_RUNS = m.Base.metadata.tables[m.Run.__tablename__]
+_FIRINGS = m.Base.metadata.tables[m.TaskFiring.__tablename__]
+_TASKS = m.Base.metadata.tables[m.Task.__tablename__]
+_SETTLED_RUN = (select(_RUNS.c.member, _RUNS.c.conversation_id, _RUNS.c.status,
+                       _TASKS.c.id, _TASKS.c.name)
+                .select_from(_RUNS.outerjoin(_FIRINGS, _FIRINGS.c.run_id == _RUNS.c.id)
+                             .outerjoin(_TASKS, _TASKS.c.id == _FIRINGS.c.task_id))
+                .where(_RUNS.c.id == bindparam("b_run_id")))
+
+
+def settled_run(run_id: str) -> Unit[tuple[str, str, str, str | None, str | None] | None]:
+    """(member, conversation, status, task id, task name) of a run; the task's are None
+    for a run that is not a task's firing (or whose task is gone). A read unit."""
+    rows = yield from select_rows(_SETTLED_RUN, {"b_run_id": run_id})
+    if not rows:
+        return None
+    member, conversation_id, status, task_id, task_name = rows[0]
+    return str(member), str(conversation_id), str(status), task_id, task_name
 
 
 _TITLES = {

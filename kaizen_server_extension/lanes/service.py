@@ -81,7 +81,7 @@ from kaizen_server_extension.store.runs import (
     this_host,
 )
 from kaizen_server_extension.store.store import Store
-from kaizen_server_extension.store.tasks import CHAT_POSTURE, TaskStore
+from kaizen_server_extension.store.tasks import CHAT_POSTURE
 from kaizen_server_extension.store.usage import DailyTokenCapReached, UsageLedger
 from kaizen_server_extension.tools.manifest import STAGED_ARTIFACT_TOOLS
 from kaizen_server_extension.tools.mcp_sources import NOTHING_DISCOVERED, Discovered
@@ -315,7 +315,8 @@ class LaneService:
             log.exception("could not record the completion notice of run %s", run_id)
 
     async def _admit_and_run(self, run: RunRecord, cancelled: asyncio.Event) -> None:
-        run, text, accepted_model = await self.store.runs.admission_facts(run.id)
+        facts = await self.store.runs.admission_facts(run.id)
+        run, text, accepted_model = facts.run, facts.text, facts.model
         conversation = await self.store.runs.conversation_of(run.conversation_id)
         agent = await self.store.agents.get_visible(conversation.agent_id, run.member)
         if agent is None:
@@ -338,7 +339,7 @@ class LaneService:
         # The attached files: a changed list is a different bundle (R-454, R-455).
         resources = await AttachmentStore(self.store).for_input(run.input_id)
         # A task's firing runs in its server-owned posture (R-053).
-        posture = await TaskStore(self.store).posture_of(run.id)
+        posture = facts.posture
         tools, attachments = await self._freeze(run, agent, conversation, text, resources,
                                                 posture)
         if not attachments.ok:
@@ -589,7 +590,8 @@ class LaneService:
           and the controller continues after the committed steps, on the same run id,
           within what is left of its budgets.
         """
-        run, text, _ = await self.store.runs.admission_facts(run.id)
+        facts = await self.store.runs.admission_facts(run.id)
+        run, text, posture = facts.run, facts.text, facts.posture
         if run.agent_version_id is None:
             await self._admit_and_run(run, cancelled)
             return
@@ -603,7 +605,6 @@ class LaneService:
         conversation = await self.store.runs.conversation_of(run.conversation_id)
         agent = await self.store.agents.get_visible(conversation.agent_id, run.member)
         gateway = self._gateway()
-        posture = await TaskStore(self.store).posture_of(run.id)
         frozen = None if agent is None else await self._freeze(
             run, agent, conversation, text,
             # The same attached files the run was admitted with.

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 
 from kaizen_server_extension.protocol.errors import NotFound
 from kaizen_server_extension.resources import (
@@ -30,6 +30,24 @@ from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.artifacts.repository import ArtifactStore, ArtifactVersionRecord
 from kaizen_server_extension.store.core import Tx
 from kaizen_server_extension.store.store import Store
+from kaizen_server_extension.store.units import Unit, select_rows
+
+_ATTACHMENTS = m.Base.metadata.tables[m.InputAttachment.__tablename__]
+_PINNED = (select(_ATTACHMENTS.c.artifact_id, _ATTACHMENTS.c.kind, _ATTACHMENTS.c.version,
+                  _ATTACHMENTS.c.digest, _ATTACHMENTS.c.filename, _ATTACHMENTS.c.media_type,
+                  _ATTACHMENTS.c.size)
+           .where(_ATTACHMENTS.c.input_id == bindparam("b_input_id"))
+           .order_by(_ATTACHMENTS.c.ordinal))
+
+
+def pinned_resources(input_id: str) -> Unit[AdmittedResources]:
+    """The input's pinned attachments as the sandbox may know them (a read unit)."""
+    rows = yield from select_rows(_PINNED, {"b_input_id": input_id})
+    return AdmittedResources.of([
+        SharedResource(reference_id=artifact_id, kind=kind, version=version, sha256=digest,
+                       filename=filename, media_type=media_type, size=int(size))
+        for artifact_id, kind, version, digest, filename, media_type, size in rows])
+
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._ -]+")
 _MAX_STEM = 120
@@ -104,14 +122,7 @@ class AttachmentStore:
 
     async def for_input(self, input_id: str) -> AdmittedResources:
         """The pinned list of an accepted input, in attachment order (trusted callers)."""
-        async with self.store.transaction() as tx:
-            rows = (await tx.session.execute(
-                select(m.InputAttachment).where(m.InputAttachment.input_id == input_id)
-                .order_by(m.InputAttachment.ordinal))).scalars().all()
-            return AdmittedResources.of([
-                SharedResource(reference_id=r.artifact_id, kind=r.kind, version=r.version,
-                               sha256=r.digest, filename=r.filename,
-                               media_type=r.media_type, size=int(r.size)) for r in rows])
+        return await self.store.read(pinned_resources, input_id, single_statement=True)
 
     async def audit_admitted(self, member: str, conversation_id: str, run_id: str,
                              admitted: AdmittedResources) -> None:

@@ -219,6 +219,17 @@ class Database:
         result, _appended = await asyncio.shield(done)
         return result
 
+    async def read(self, make: Callable[..., Unit[T]], *args: Any,
+                   single_statement: bool = False) -> T:
+        """Run the read-only unit ``make(*args)`` straight on the driver (store/units.py):
+        no session, no writer gate, nothing to publish. ``make`` may be called again for a
+        fresh unit (a busy SQLite, a PostgreSQL connection found dead). ``single_statement``:
+        the unit is one statement, which PostgreSQL runs as its own implicit transaction.
+
+        Each read sees the last commit; reads that must agree with one another belong in
+        one unit (one snapshot)."""
+        return await self._units.read(make, args, single_statement=single_statement)
+
     def _publish_unit(self, done: asyncio.Future[tuple[Any, list[EventRecord]]]) -> None:
         if done.cancelled() or done.exception() is not None:
             return  # the exception reaches the caller, unless it was cancelled meanwhile

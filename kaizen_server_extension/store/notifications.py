@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any
 
-from sqlalchemy import select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import bindparam, select, update
 
 from kaizen_server_extension.protocol.errors import NotFound
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.core import new_id, utcnow
 from kaizen_server_extension.store.store import Store
+from kaizen_server_extension.store.units import Unit, select_rows
 
 MAX_PAGE = 200
 
@@ -55,6 +55,35 @@ class NotificationRecord:
         }
 
 
+_NOTIFICATIONS = m.Base.metadata.tables[m.Notification.__tablename__]
+_COLUMNS = ("id", "member", "kind", "resource_id", "run_id", "attendance", "status", "title",
+            "created_at", "acked_at")
+
+
+@cache
+def _insert_once(dialect: str) -> Any:
+    """INSERT … ON CONFLICT (member, dedupe_key) DO NOTHING RETURNING the row, in the
+    dialect's own spelling (built once, on first use)."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        insert: Any = pg_insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        insert = sqlite_insert
+    columns = [c for c in _NOTIFICATIONS.c if c.name != "acked_at"]
+    return (insert(_NOTIFICATIONS)
+            .values({c.name: bindparam(f"b_{c.name}") for c in columns})
+            .on_conflict_do_nothing(index_elements=["member", "dedupe_key"])
+            .returning(*(_NOTIFICATIONS.c[name] for name in _COLUMNS)))
+
+
+def _inserted(statement: Any, values: dict[str, Any]) -> Unit[NotificationRecord | None]:
+    rows = yield from select_rows(statement, values)
+    return NotificationRecord(*rows[0]) if rows else None
+
+
 def _record(row: m.Notification) -> NotificationRecord:
     return NotificationRecord(row.id, row.member, row.kind, row.resource_id, row.run_id,
                               row.attendance, row.status, row.title, row.created_at,
@@ -70,18 +99,12 @@ class NotificationRepository:
                      dedupe_key: str) -> NotificationRecord | None:
         """Insert one notice; None when this member already has one for ``dedupe_key``
         (two processes reporting one settlement write one row)."""
-        values = {"id": new_id(), "member": member, "kind": kind, "resource_id": resource_id,
-                  "run_id": run_id, "attendance": attendance, "status": status,
-                  "title": title, "dedupe_key": dedupe_key, "created_at": utcnow()}
-        async with self.store.transaction() as tx:
-            dialect = tx.session.get_bind().dialect.name
-            insert = pg_insert if dialect == "postgresql" else sqlite_insert
-            row = (await tx.session.execute(
-                insert(m.Notification).values(**values)
-                .on_conflict_do_nothing(index_elements=["member", "dedupe_key"])
-                .returning(m.Notification)
-            )).scalar_one_or_none()
-            return _record(row) if row is not None else None
+        values = {"b_id": new_id(), "b_member": member, "b_kind": kind,
+                  "b_resource_id": resource_id, "b_run_id": run_id,
+                  "b_attendance": attendance, "b_status": status, "b_title": title,
+                  "b_dedupe_key": dedupe_key, "b_created_at": utcnow()}
+        return await self.store.run(_inserted(_insert_once(self.store.engine.dialect.name),
+                                              values))
 
     async def list_for(self, member: str, *, unread_only: bool,
                        limit: int = MAX_PAGE) -> list[NotificationRecord]:

@@ -6,6 +6,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+#: The posture of a run that is not a task's firing (a member's message): R-053.
+CHAT_POSTURE = "chat"
+
 
 @dataclass(frozen=True, slots=True)
 class MemberRecord:

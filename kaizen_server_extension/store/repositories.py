@@ -16,8 +16,10 @@ from sqlalchemy.exc import IntegrityError
 from kaizen_server_extension.agents import UNSCOPED, KnowledgeScope
 from kaizen_server_extension.protocol.errors import Conflict, Forbidden, NotFound
 from kaizen_server_extension.store import models as m
+from kaizen_server_extension.store import reads
 from kaizen_server_extension.store.core import Tx, new_id, text_digest, utcnow
 from kaizen_server_extension.store.records import (
+    CHAT_POSTURE,
     AcceptedInputRecord,
     AgentRecord,
     ConversationRecord,
@@ -25,7 +27,7 @@ from kaizen_server_extension.store.records import (
     MemberRecord,
     RunRecord,
 )
-from kaizen_server_extension.store.storable import restore
+from kaizen_server_extension.store.units import Unit
 
 if TYPE_CHECKING:
     from kaizen_server_extension.store.store import Store
@@ -53,9 +55,7 @@ class MemberRepository(_Repository):
         return _member(row)
 
     async def get(self, member_id: str) -> MemberRecord | None:
-        async with self.store.transaction() as tx:
-            row = await tx.session.get(m.Member, member_id)
-            return _member(row) if row else None
+        return await self.store.read(reads.member_record, member_id, single_statement=True)
 
     async def update_settings(self, member_id: str, *, approval_mode: str,
                               model: str | None,
@@ -132,15 +132,9 @@ class AgentRepository(_Repository):
     async def get_visible(self, agent_id: str, member: str | None,
                           tx: Tx | None = None) -> AgentRecord | None:
         if tx is None:
-            async with self.store.transaction() as own:
-                return await self.get_visible(agent_id, member, own)
-        row = (await tx.session.execute(
-            select(m.Agent, m.AgentVersion)
-            .join(m.AgentVersion, and_(m.AgentVersion.agent_id == m.Agent.id,
-                                       m.AgentVersion.version == m.Agent.current_version))
-            .where(m.Agent.id == agent_id, self._visible(member))
-        )).first()
-        return _agent(row[0], row[1]) if row else None
+            return await self.store.read(reads.agent_record, agent_id, member,
+                                         single_statement=True)
+        return await tx.run(reads.agent_record(agent_id, member))
 
 
 class ConversationRepository(_Repository):
@@ -177,16 +171,12 @@ class ConversationRepository(_Repository):
                       tx: Tx | None = None) -> ConversationRecord:
         """The conversation if ``member`` is a participant; otherwise NotFound (never 403)."""
         if tx is None:
-            async with self.store.transaction() as own:
-                return await self.get_for(conversation_id, member, own)
-        conv = (await tx.session.execute(
-            select(m.Conversation)
-            .join(m.Participant, m.Participant.conversation_id == m.Conversation.id)
-            .where(m.Conversation.id == conversation_id, m.Participant.member_id == member)
-        )).scalar_one_or_none()
-        if conv is None:
+            record = await self.store.read(reads.conversation_record, conversation_id, member)
+        else:
+            record = await tx.run(reads.conversation_record(conversation_id, member))
+        if record is None:
             raise NotFound("No such conversation.", code="conversation_not_found")
-        return await self._record(tx, conv)
+        return record
 
     async def add_participant(self, conversation_id: str, owner: str,
                               member: str) -> ConversationRecord:
@@ -264,33 +254,14 @@ class ConversationRepository(_Repository):
 class JournalRepository(_Repository):
     async def read(self, conversation_id: str, member: str, *, after: int = 0,
                    limit: int = 100) -> list[EventRecord]:
-        """Events after ``after`` in ``seq`` order; participants only (checked here too)."""
-        async with self.store.transaction() as tx:
-            await self.store.conversations.get_for(conversation_id, member, tx)
-            rows = (await tx.session.execute(
-                select(m.JournalEvent)
-                .where(m.JournalEvent.conversation_id == conversation_id,
-                       m.JournalEvent.seq > after)
-                .order_by(m.JournalEvent.seq)
-                .limit(limit)
-            )).scalars().all()
-            return [EventRecord(r.conversation_id, r.seq, r.run_id, r.type, r.actor, r.at,
-                                r.data) for r in rows]
-
+        """Events after ``after`` in ``seq`` order; participants only (checked here too:
+        anyone else gets NotFound, not an empty page)."""
+        return await self.store.read(_journal_page, conversation_id, member, after, limit)
 
     async def exchanges(self, conversation_id: str) -> list[EventRecord]:
         """Accepted inputs and committed answers, in order: what model context is built from.
         Trusted callers only (the lane); member reads go through :meth:`read`."""
-        async with self.store.transaction() as tx:
-            rows = (await tx.session.execute(
-                select(m.JournalEvent)
-                .where(m.JournalEvent.conversation_id == conversation_id,
-                       m.JournalEvent.type.in_(("input.accepted", "steering.accepted",
-                                                "answer.committed")))
-                .order_by(m.JournalEvent.seq)
-            )).scalars().all()
-            return [EventRecord(r.conversation_id, r.seq, r.run_id, r.type, r.actor, r.at,
-                                restore(r.data)) for r in rows]
+        return await self.store.read(reads.exchanges, conversation_id, single_statement=True)
 
 
 class InputRepository(_Repository):
@@ -381,25 +352,21 @@ class InputRepository(_Repository):
 
 
 class RunRepository(_Repository):
-    async def admission_facts(self, run_id: str) -> tuple[RunRecord, str, str | None]:
-        """A run with its input's text and the model fixed at acceptance (trusted callers)."""
-        async with self.store.transaction() as tx:
-            row = (await tx.session.execute(
-                select(m.Run, m.AcceptedInput.text, m.AcceptedInput.model)
-                .join(m.AcceptedInput, m.AcceptedInput.id == m.Run.input_id)
-                .where(m.Run.id == run_id)
-            )).first()
-            if row is None:
-                raise NotFound("No such run.", code="run_not_found")
-            return run_record(row[0]), row[1], row[2]
+    async def admission_facts(self, run_id: str) -> AdmissionFacts:
+        """A run with its input's text, the model fixed at acceptance and its posture
+        (trusted callers)."""
+        facts = await self.store.read(reads.admission_facts, run_id, single_statement=True)
+        if facts is None:
+            raise NotFound("No such run.", code="run_not_found")
+        run, text, model, posture = facts
+        return AdmissionFacts(run, text, model, CHAT_POSTURE if posture is None else posture)
 
     async def conversation_of(self, conversation_id: str) -> ConversationRecord:
         """A conversation without a member check (trusted callers only)."""
-        async with self.store.transaction() as tx:
-            conv = await tx.session.get(m.Conversation, conversation_id)
-            if conv is None:
-                raise NotFound("No such conversation.", code="conversation_not_found")
-            return await self.store.conversations._record(tx, conv)
+        record = await self.store.read(reads.conversation_record, conversation_id)
+        if record is None:
+            raise NotFound("No such conversation.", code="conversation_not_found")
+        return record
 
     async def get_for(self, run_id: str, member: str) -> RunRecord:
         """A run of a conversation the member participates in; otherwise NotFound."""
@@ -412,6 +379,27 @@ class RunRepository(_Repository):
             except NotFound:
                 raise NotFound("No such run.", code="run_not_found") from None
             return run_record(run)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AdmissionFacts:
+    """What admitting a run starts from."""
+
+    run: RunRecord
+    text: str
+    #: The model fixed when the input was accepted (a steering member's), if any.
+    model: str | None
+    #: ``chat``, or a task firing's ``task_run`` / ``task_test`` (R-053).
+    posture: str
+
+
+def _journal_page(conversation_id: str, member: str, after: int,
+                  limit: int) -> Unit[list[EventRecord]]:
+    """The membership check and the page, in one snapshot."""
+    room = yield from reads.conversation_record(conversation_id, member)
+    if room is None:
+        raise NotFound("No such conversation.", code="conversation_not_found")
+    return (yield from reads.journal_page(conversation_id, member, after, limit))
 
 
 def run_record(run: m.Run) -> RunRecord:

@@ -146,6 +146,33 @@ def live_conversation(run_id: str, fence: int, *, steps: int = 0,
     return rows[0][0] if rows else None
 
 
+_ADMIT = (update(_RUNS)
+          .where(_RUNS.c.id == bindparam("b_run_id"), _RUNS.c.fence == bindparam("b_fence"),
+                 _ACTIVE_STATUS)
+          .values(agent_version_id=bindparam("b_agent_version_id"),
+                  audience_version=bindparam("b_audience_version"),
+                  resource_digest=bindparam("b_resource_digest"),
+                  catalog_digest=bindparam("b_catalog_digest"), model=bindparam("b_model"))
+          .returning(_RUNS.c.conversation_id, _RUNS.c.member))
+
+
+def admitted(run_id: str, fence: int, admission: Admission, event_data: dict[str, Any], *,
+             notify: bool) -> Unit[bool]:
+    """The run's authority bundle written, if it is still ours at ``fence``, and
+    ``run.admitted`` journaled with it; False (nothing written) otherwise."""
+    rows = yield from fetch(_ADMIT, {
+        "b_run_id": run_id, "b_fence": fence, "b_agent_version_id": admission.agent_version_id,
+        "b_audience_version": admission.audience_version,
+        "b_resource_digest": admission.resource_digest,
+        "b_catalog_digest": admission.catalog_digest, "b_model": admission.model})
+    if not rows:
+        return False
+    conversation_id, member = rows[0]
+    yield from journal_append(conversation_id, "run.admitted", member, event_data,
+                              run_id=run_id, notify=notify)
+    return True
+
+
 _SETTLE_VALUES: dict[str, Any] = {"status": bindparam("b_status"), "reason": bindparam("b_reason"),
                   "settled_at": bindparam("b_now"), "lease_owner": None,
                   "lease_expires_at": None}
@@ -250,21 +277,10 @@ class RunLane:
 
     async def admit(self, run_id: str, fence: int, admission: Admission,
                     event_data: dict[str, Any]) -> bool:
-        """Record the authority bundle and journal ``run.admitted``; False if fenced out."""
-        async with self.store.transaction() as tx:
-            row = (await tx.session.execute(
-                update(m.Run)
-                .where(m.Run.id == run_id, m.Run.fence == fence, m.Run.status.in_(ACTIVE))
-                .values(agent_version_id=admission.agent_version_id,
-                        audience_version=admission.audience_version,
-                        resource_digest=admission.resource_digest,
-                        catalog_digest=admission.catalog_digest, model=admission.model)
-                .returning(m.Run.conversation_id, m.Run.member)
-            )).first()
-            if row is None:
-                return False
-            await tx.append_event(row[0], "run.admitted", row[1], event_data, run_id=run_id)
-            return True
+        """Record the authority bundle and journal ``run.admitted``; False if fenced out.
+        One unit, flushed before it returns (an admission is durable)."""
+        return await self.store.run(admitted(run_id, fence, admission, event_data,
+                                             notify=self.store.notifies))
 
     async def check_live(self, tx: Tx, run_id: str, fence: int, *, steps: int = 0,
                          tool_calls: int = 0) -> str | None:

@@ -46,12 +46,11 @@ from kaizen_server_extension.protocol.tasks import (
 )
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.core import Tx, new_id, utcnow
-from kaizen_server_extension.store.records import AcceptedInputRecord
+from kaizen_server_extension.store.records import CHAT_POSTURE, AcceptedInputRecord
 from kaizen_server_extension.store.store import Store
 
 log = logging.getLogger("kaizen.tasks")
 
-CHAT_POSTURE = "chat"
 TASK_AUDIT_ACTIONS = {"created": "task.created", "updated": "task.updated",
                       "deleted": "task.deleted", "fired": "task.fired"}
 MAX_NAME_CHARS = MAX_TASK_NAME_CHARS

@@ -27,11 +27,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import sqlite3
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -40,8 +49,9 @@ import asyncpg
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql import ClauseElement, sqltypes
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from kaizen_server_extension.store.records import EventRecord
 
@@ -57,10 +67,14 @@ WRITER_GATE_TIMEOUT_S = 60
 @dataclass(frozen=True, slots=True)
 class Query:
     """One statement of a unit. ``clause`` is a statement built once (module level): the
-    driver path compiles it once per dialect and keys its cache on it."""
+    driver path compiles it once per dialect and keys its cache on it. ``typed``: its rows
+    come back converted by the result columns' types (datetimes, booleans, JSON documents)
+    on the driver path too, as a session returns them; otherwise as the driver returns them
+    (numbers and text, which is all the writing units read)."""
 
     clause: ClauseElement
     params: Mapping[str, Any]
+    typed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +94,14 @@ def fetch(clause: ClauseElement, params: Mapping[str, Any]) -> Generator[Step, R
     return rows or []
 
 
+def select_rows(clause: ClauseElement,
+                params: Mapping[str, Any]) -> Generator[Step, Rows | None, Rows]:
+    """``rows = yield from select_rows(...)``: like :func:`fetch`, with the rows converted
+    by their columns' types (a record can be built from them as from a session's)."""
+    rows = yield Query(clause, params, typed=True)
+    return rows or []
+
+
 @dataclass(frozen=True, slots=True)
 class CompiledStatement:
     """A Core statement compiled for one dialect: SQL text, argument order, converters."""
@@ -88,6 +110,8 @@ class CompiledStatement:
     names: tuple[str, ...]
     converters: tuple[Callable[[Any], Any] | None, ...]
     defaults: Mapping[str, Any]
+    #: Per result column, what turns the driver's value into the type's (None: as it is).
+    results: tuple[Callable[[Any], Any] | None, ...] = ()
 
     @classmethod
     def of(cls, clause: ClauseElement, dialect: Dialect) -> CompiledStatement:
@@ -103,7 +127,17 @@ class CompiledStatement:
             converters.append(bind.type.dialect_impl(dialect).bind_processor(dialect))
             if not bind.required:
                 defaults[name] = bind.effective_value
-        return cls(compiled.string, names, tuple(converters), defaults)
+        results = tuple(_result_converter(entry.type, dialect)
+                        for entry in compiled._result_columns)
+        return cls(compiled.string, names, tuple(converters), defaults, results)
+
+    def rows(self, raw: Iterable[Sequence[Any]]) -> Rows:
+        """The driver's rows with each value converted by its column's type."""
+        results = self.results
+        if not any(results):
+            return [tuple(row) for row in raw]
+        return [tuple(value if convert is None or value is None else convert(value)
+                      for value, convert in zip(row, results, strict=True)) for row in raw]
 
     def arguments(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
         values = []
@@ -112,6 +146,23 @@ class CompiledStatement:
             # Like SQLAlchemy, every value goes through the type's processor, None included.
             values.append(convert(value) if convert is not None else value)
         return tuple(values)
+
+
+def _result_converter(type_: TypeEngine[Any], dialect: Dialect) -> Callable[[Any], Any] | None:
+    """What SQLAlchemy would apply to a value of ``type_`` read through ``dialect``. One
+    difference: SQLAlchemy's asyncpg connections decode JSON themselves (a type codec), the
+    unit pool's do not, so a JSON column's text is decoded here."""
+    impl = type_.dialect_impl(dialect)
+    processor = impl.result_processor(dialect, None)
+    stored = impl.load_dialect_impl(dialect) if isinstance(impl, TypeDecorator) else impl
+    if dialect.name != "postgresql" or not isinstance(stored, sqltypes.JSON):
+        return processor
+
+    def from_json_text(value: Any) -> Any:
+        decoded = json.loads(value) if isinstance(value, str) else value
+        return processor(decoded) if processor is not None else decoded
+
+    return from_json_text
 
 
 @dataclass(slots=True)
@@ -147,6 +198,14 @@ class DirectRunner(ABC):
         """Run ``unit`` as one transaction. ``single_statement``: the unit is one statement,
         which may run as its own implicit transaction (PostgreSQL: see
         :meth:`PostgresRunner.run`); elsewhere it runs as any unit."""
+
+    @abstractmethod
+    async def read(self, make: Callable[..., Unit[T]], args: Sequence[Any], *,
+                   single_statement: bool = False) -> T:
+        """Run the read-only unit ``make(*args)``; ``make`` may be called again for a fresh
+        unit when the first attempt could not run (the database was busy, the connection
+        gone). ``single_statement``: one statement, which may run as its own implicit
+        transaction (PostgreSQL: one round trip)."""
 
     async def dispose(self) -> None:
         return None
@@ -249,6 +308,23 @@ class SQLiteRunner(DirectRunner):
         # Free: nothing awaits between this check and the unit's end on this thread.
         return await self._run(unit, write)
 
+    async def read(self, make: Callable[..., Unit[T]], args: Sequence[Any], *,
+                   single_statement: bool = False) -> T:
+        """On the loop thread's connection, without the writer gate: under WAL a reader
+        neither waits for nor blocks the writer, and sees the last commit. Should SQLite still
+        answer busy (a WAL recovery, another process's exclusive checkpoint), a fresh unit
+        runs on the pooled connection's thread, which waits its turn."""
+        db = self._loop_connection()
+        if db is not None:
+            try:
+                db.execute("BEGIN")
+                return self._run_begun(db, make(*args))[0]
+            except sqlite3.OperationalError as error:
+                if error.sqlite_errorcode not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                    raise
+        result, _appended = await self._on_pool_thread(make(*args), False)
+        return result
+
     async def _run(self, unit: Unit[T], write: bool) -> tuple[T, list[EventRecord]]:
         db = self._loop_connection()
         if db is not None and self._begin(db, write):
@@ -305,10 +381,11 @@ class SQLiteRunner(DirectRunner):
             while query is not None:
                 statement = self.statement_for(query.clause)
                 try:
-                    rows = db.execute(statement.sql, statement.arguments(query.params)).fetchall()
+                    cursor = db.execute(statement.sql, statement.arguments(query.params))
                 except sqlite3.IntegrityError as error:
                     raise IntegrityError(statement.sql, None, error) from error
-                query = stepping.next_query(rows)
+                query = stepping.next_query(statement.rows(cursor) if query.typed
+                                            else cursor.fetchall())
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
@@ -485,6 +562,26 @@ class PostgresRunner(DirectRunner):
                 return await self._run_begun(pg, unit)
         raise AssertionError("unreachable")
 
+    async def read(self, make: Callable[..., Unit[T]], args: Sequence[Any], *,
+                   single_statement: bool = False) -> T:
+        """``BEGIN READ ONLY`` … ``COMMIT``; or, one statement, as its own implicit
+        transaction (one round trip). A connection found dead is dropped and the read runs
+        once more on a fresh one (a read can always be repeated)."""
+        pool = await self._connections()
+        for attempt in (1, 2):
+            async with pool.acquire() as pg:
+                try:
+                    if single_statement:
+                        return (await self._run_single(pg, make(*args)))[0]
+                    await pg.execute("BEGIN READ ONLY")
+                except _DISCONNECTED:
+                    pg.terminate()
+                    if attempt == 2:
+                        raise
+                    continue
+                return (await self._run_begun(pg, make(*args)))[0]
+        raise AssertionError("unreachable")
+
     async def _single(self, pool: asyncpg.Pool, unit: Unit[T]) -> tuple[T, list[EventRecord]]:
         for attempt in (1, 2):
             async with pool.acquire() as pg:
@@ -515,7 +612,8 @@ class PostgresRunner(DirectRunner):
                     rows = await pg.fetch(statement.sql, *arguments)
                 except asyncpg.IntegrityConstraintViolationError as error:
                     raise IntegrityError(statement.sql, None, error) from error
-                if stepping.next_query([tuple(row) for row in rows]) is not None:
+                if stepping.next_query(statement.rows(rows) if query.typed
+                                       else [tuple(row) for row in rows]) is not None:
                     raise ValueError("a single-statement unit asked for a second statement")
         finally:
             stepping.close()
@@ -543,7 +641,8 @@ class PostgresRunner(DirectRunner):
                     rows = await pg.fetch(statement.sql, *statement.arguments(query.params))
                 except asyncpg.IntegrityConstraintViolationError as error:
                     raise IntegrityError(statement.sql, None, error) from error
-                query = stepping.next_query([tuple(row) for row in rows])
+                query = stepping.next_query(statement.rows(rows) if query.typed
+                                            else [tuple(row) for row in rows])
             await pg.execute("COMMIT")
         except BaseException:
             try:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import and_, bindparam, exists, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from kaizen_server_extension.protocol.errors import Conflict, NotFound
@@ -41,6 +41,7 @@ from kaizen_server_extension.store.artifacts.content import (
 from kaizen_server_extension.store.core import Tx, new_id, utcnow
 from kaizen_server_extension.store.storable import UnstorableText
 from kaizen_server_extension.store.store import Store
+from kaizen_server_extension.store.units import Unit, fetch
 
 ARTIFACT_VERSION_EVENT = "artifact.version"
 MAX_FILE_BYTES = 25 * 1024 * 1024
@@ -50,6 +51,34 @@ TEXT_MIME = {
     "json": "application/json", "graph": "application/vnd.kaizen.graph+json",
 }
 GOVERNED_MIME = "application/vnd.kaizen.renderable+json"
+_TABLES = m.Base.metadata.tables
+_VERSIONS = _TABLES[m.ArtifactVersion.__tablename__]
+_ROOTS = _TABLES[m.Artifact.__tablename__]
+_CHECKPOINTS = _TABLES[m.ArtifactUpdateCheckpoint.__tablename__]
+_PARTICIPANTS = _TABLES[m.Participant.__tablename__]
+# Whether ``member`` takes part in the room, and whether the room's roster could hold
+# anything for them: a version bound to the room, an artifact of theirs made there, or an
+# open update of theirs there. Each an index lookup.
+_ROOM_ARTIFACTS = select(
+    exists().where(_PARTICIPANTS.c.conversation_id == bindparam("b_room"),
+                   _PARTICIPANTS.c.member_id == bindparam("b_member")),
+    or_(exists().where(_VERSIONS.c.room_id == bindparam("b_room")),
+        exists().where(_ROOTS.c.owner == bindparam("b_member"),
+                       _ROOTS.c.conversation_id == bindparam("b_room")),
+        exists().where(_CHECKPOINTS.c.owner == bindparam("b_member"),
+                       _CHECKPOINTS.c.conversation_id == bindparam("b_room"),
+                       or_(*(_CHECKPOINTS.c.status == status
+                             for status in m.OPEN_CHECKPOINT_STATUSES)))))
+
+
+def room_may_list_artifacts(member: str, room: str) -> Unit[bool]:
+    """False only when ``member`` takes part in ``room`` and the room has nothing its roster
+    could list for them (most rooms): the roster is then known empty without reading it."""
+    rows = yield from fetch(_ROOM_ARTIFACTS, {"b_member": member, "b_room": room})
+    participant, anything = rows[0]
+    return not participant or bool(anything)
+
+
 _NOT_FOUND = "No such artifact."
 _ALREADY_DERIVED = "You already have your own copy of that exact version; nothing was saved."
 
