@@ -4,7 +4,8 @@ Every call first compares the presented bundle with the admitted one, field by f
 difference is rejected, not reconciled (R-007). Durable trace events are journaled only
 while the run is still ours (status active, fence unchanged), in the same transaction as
 that check. Each of those transactions is one unit run straight on the driver
-(store/units.py): they are the store's hot path, two per tool call.
+(store/units.py; on PostgreSQL one statement, store/run_journal.py): they are the store's
+hot path, two per tool call.
 
 Durability: the records of a call to a tool that may have effects (anything but a read) are
 committed durably before the call runs and after it settles: crash recovery needs to know
@@ -48,17 +49,14 @@ from kaizen_server_extension.protocol.model_facing import ECHO_REASON, directive
 from kaizen_server_extension.protocol.tools import StoredFile, ToolCallRequest, ToolCallResult
 from kaizen_server_extension.runtime.fallback import fallback_message
 from kaizen_server_extension.runtime.port import TerminalOutcome, TerminalStatus, TraceEvent
-from kaizen_server_extension.store.calls import (
-    CallFacts,
-    HeldAudit,
-    audit_rows,
-    open_call,
-    write_audit_rows,
+from kaizen_server_extension.store.calls import CallFacts, HeldAudit, write_audit_rows
+from kaizen_server_extension.store.run_journal import (
+    journal_while_live,
+    one_statement,
+    open_call_journaled,
 )
-from kaizen_server_extension.store.core import journal_append
-from kaizen_server_extension.store.runs import RunLane, live_conversation
+from kaizen_server_extension.store.runs import RunLane
 from kaizen_server_extension.store.store import Store
-from kaizen_server_extension.store.units import Unit
 from kaizen_server_extension.tools import canvas
 from kaizen_server_extension.tools.ports import CallScope
 
@@ -380,20 +378,14 @@ class RunHost:
         notify = self._store.notifies
         if self._delegation is not None:
             data = {**data, "delegation": self._delegation}
-
-        def unit() -> Unit[str | None]:
-            conversation = yield from live_conversation(bundle.run_id, bundle.fence,
-                                                        steps=steps)
-            if conversation is not None:
-                yield from journal_append(conversation, kind, bundle.member, data,
-                                          run_id=bundle.run_id, notify=notify)
-            yield from audit_rows(audit or [])
-            return conversation
-
+        held = audit or []
         try:
-            conversation = await self._store.run(unit(), durable=durable)
+            conversation = await self._store.run(
+                journal_while_live(bundle.run_id, bundle.fence, kind, bundle.member, data,
+                                   steps=steps, audit=held, notify=notify),
+                durable=durable, single_statement=one_statement(notify, held))
         except Exception:
-            await write_audit_rows(self._store, audit or [])
+            await write_audit_rows(self._store, held)
             raise
         if conversation is None:
             raise RunCancelled()
@@ -408,17 +400,10 @@ class RunHost:
         notify = self._store.notifies
         if self._delegation is not None:
             data = {**data, "delegation": self._delegation}
-
-        def unit() -> Unit[CallFacts | None]:
-            opened = yield from open_call(bundle.run_id, bundle.fence, name)
-            if opened is None:
-                return None
-            conversation, facts = opened
-            yield from journal_append(conversation, "tool.requested", bundle.member, data,
-                                      run_id=bundle.run_id, notify=notify)
-            return facts
-
-        facts = await self._store.run(unit(), durable=name not in self._read_tools)
+        facts = await self._store.run(
+            open_call_journaled(bundle.run_id, bundle.fence, name, bundle.member, data,
+                                notify=notify),
+            durable=name not in self._read_tools, single_statement=notify)
         if facts is None:
             raise RunCancelled()
         self._opened[str(data.get("call_id"))] = facts

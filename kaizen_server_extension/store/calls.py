@@ -173,14 +173,19 @@ def open_call(run_id: str, fence: int, tool: str) -> Unit[tuple[str, CallFacts] 
                                          "b_tool": tool})
     if not rows:
         return None
+    return call_facts_of(run_id, tool, tuple(rows[0]))
+
+
+def call_facts_of(run_id: str, tool: str, row: tuple[Any, ...]) -> tuple[str, CallFacts]:
+    """(conversation id, facts) from the row ``_OPEN_CALL`` returns."""
     (conversation, status, run_fence, member, audience, mode, participants, own,
-     own_policy, everyone_policy, grant) = rows[0]
+     own_policy, everyone_policy, grant) = row
     policies: dict[tuple[str, str], bool] = {}
     if own_policy is not None:
         policies[(tool, member)] = bool(own_policy)
     if everyone_policy is not None:
         policies[(tool, "*")] = bool(everyone_policy)
-    return conversation, CallFacts(
+    return str(conversation), CallFacts(
         run_id, member, status, run_fence, audience, mode, policies,
         only_initiator=participants == 1 and own == 1, policy_tools=frozenset({tool}),
         grants={tool: bool(grant)})

@@ -121,7 +121,9 @@ class UsageLedger:
     async def _add(self, member: str, tokens: int) -> None:
         if tokens <= 0:
             return
-        await self._store.run(add_tokens(member, today(), tokens), durable=False)
+        # One statement: on PostgreSQL its own implicit transaction, one round trip.
+        await self._store.run(add_tokens(member, today(), tokens), durable=False,
+                              single_statement=True)
 
     @staticmethod
     async def _increment(tx: Tx, member: str, tokens: int) -> None:
