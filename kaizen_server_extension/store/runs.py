@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,20 +19,21 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from kaizen_server_extension.protocol.errors import Conflict
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.core import Tx, journal_append, utcnow
+from kaizen_server_extension.store.core import Tx, utcnow
 from kaizen_server_extension.store.records import EventRecord, RunRecord
 from kaizen_server_extension.store.repositories import run_record
+from kaizen_server_extension.store.run_journal import (
+    ACTIVE,
+    Admission,
+    admitted,
+    live_conversation,
+    settled,
+)
 from kaizen_server_extension.store.storable import restore
 from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.store.units import Unit, fetch
 
-ACTIVE = m.ACTIVE_RUN_STATUSES
-OPEN = ("queued", *m.ACTIVE_RUN_STATUSES)
-
 _RUNS = m.Base.metadata.tables[m.Run.__tablename__]
-# Spelled as plain comparisons: an IN list is an "expanding" parameter that SQLAlchemy
-# re-renders into the SQL text on every execution.
-_ACTIVE_STATUS = or_(*(_RUNS.c.status == status for status in ACTIVE))
 
 
 class _DatabaseClock(FunctionElement[datetime]):
@@ -121,87 +121,6 @@ def database_clock(offset: timedelta = timedelta(0)) -> _DatabaseClock:
     return _DatabaseClock(literal(offset.total_seconds(), Float()))
 
 
-# Every journal write of a run goes through this, so it is built once (a Core statement on the
-# table: no ORM update evaluation) and reused with fresh parameters.
-_CHECK_LIVE = (
-    update(_RUNS)
-    .where(_RUNS.c.id == bindparam("b_run_id"), _RUNS.c.fence == bindparam("b_fence"),
-           _ACTIVE_STATUS)
-    .values(steps=_RUNS.c.steps + bindparam("b_steps"),
-            tool_calls=_RUNS.c.tool_calls + bindparam("b_tool_calls"))
-    .returning(_RUNS.c.conversation_id)
-)
-
-
-def live_conversation(run_id: str, fence: int, *, steps: int = 0,
-                      tool_calls: int = 0) -> Unit[str | None]:
-    """The run's conversation id while it is still ours (active, at ``fence``), counting
-    ``steps`` and ``tool_calls``; else None, changing nothing.
-
-    The UPDATE also locks the row on PostgreSQL, so a cancel cannot slip in between this
-    check and the journal write that follows it in the same transaction.
-    """
-    rows = yield from fetch(_CHECK_LIVE, {"b_run_id": run_id, "b_fence": fence,
-                                          "b_steps": steps, "b_tool_calls": tool_calls})
-    return rows[0][0] if rows else None
-
-
-_ADMIT = (update(_RUNS)
-          .where(_RUNS.c.id == bindparam("b_run_id"), _RUNS.c.fence == bindparam("b_fence"),
-                 _ACTIVE_STATUS)
-          .values(agent_version_id=bindparam("b_agent_version_id"),
-                  audience_version=bindparam("b_audience_version"),
-                  resource_digest=bindparam("b_resource_digest"),
-                  catalog_digest=bindparam("b_catalog_digest"), model=bindparam("b_model"))
-          .returning(_RUNS.c.conversation_id, _RUNS.c.member))
-
-
-def admitted(run_id: str, fence: int, admission: Admission, event_data: dict[str, Any], *,
-             notify: bool) -> Unit[bool]:
-    """The run's authority bundle written, if it is still ours at ``fence``, and
-    ``run.admitted`` journaled with it; False (nothing written) otherwise."""
-    rows = yield from fetch(_ADMIT, {
-        "b_run_id": run_id, "b_fence": fence, "b_agent_version_id": admission.agent_version_id,
-        "b_audience_version": admission.audience_version,
-        "b_resource_digest": admission.resource_digest,
-        "b_catalog_digest": admission.catalog_digest, "b_model": admission.model})
-    if not rows:
-        return False
-    conversation_id, member = rows[0]
-    yield from journal_append(conversation_id, "run.admitted", member, event_data,
-                              run_id=run_id, notify=notify)
-    return True
-
-
-_SETTLE_VALUES: dict[str, Any] = {"status": bindparam("b_status"), "reason": bindparam("b_reason"),
-                  "settled_at": bindparam("b_now"), "lease_owner": None,
-                  "lease_expires_at": None}
-_OPEN_STATUS = or_(*(_RUNS.c.status == status for status in OPEN))
-_SETTLE = (update(_RUNS).where(_RUNS.c.id == bindparam("b_run_id"), _OPEN_STATUS)
-           .values(**_SETTLE_VALUES).returning(_RUNS.c.conversation_id))
-_SETTLE_AT_FENCE = (update(_RUNS).where(_RUNS.c.id == bindparam("b_run_id"), _OPEN_STATUS,
-                                        _RUNS.c.fence == bindparam("b_fence"))
-                    .values(**_SETTLE_VALUES).returning(_RUNS.c.conversation_id))
-
-
-def settled(run_id: str, status: str, reason: str, actor: str, *, fence: int | None,
-            data: dict[str, Any] | None, notify: bool) -> Unit[bool]:
-    """Compare-and-set the run's one terminal status (while it is still open, and at
-    ``fence`` when given) and journal ``run.terminal`` with it; False when another outcome
-    won, changing nothing."""
-    if status not in m.TERMINAL_RUN_STATUSES:
-        raise ValueError(f"not a terminal status: {status}")
-    params = {"b_run_id": run_id, "b_status": status, "b_reason": reason, "b_now": utcnow(),
-              "b_fence": fence}
-    rows = yield from fetch(_SETTLE if fence is None else _SETTLE_AT_FENCE, params)
-    if not rows:
-        return False
-    yield from journal_append(rows[0][0], "run.terminal", actor,
-                              {"status": status, "reason": reason, **(data or {})},
-                              run_id=run_id, notify=notify)
-    return True
-
-
 _QUEUED = _RUNS.alias("queued_runs")
 _CLAIMS = _RUNS.alias("active_runs")
 _RUN_COLUMNS = (_RUNS.c.id, _RUNS.c.conversation_id, _RUNS.c.input_id, _RUNS.c.input_position,
@@ -239,17 +158,6 @@ def claimed(conversation_id: str, owner: str, lease: timedelta) -> Unit[RunRecor
     return RunRecord(*rows[0])
 
 
-@dataclass(frozen=True, slots=True)
-class Admission:
-    """The authority bundle columns written when a claimed run is admitted."""
-
-    agent_version_id: str
-    audience_version: int
-    resource_digest: str
-    catalog_digest: str
-    model: str | None
-
-
 class RunLane:
     """Database side of the room lane."""
 
@@ -279,8 +187,9 @@ class RunLane:
                     event_data: dict[str, Any]) -> bool:
         """Record the authority bundle and journal ``run.admitted``; False if fenced out.
         One unit, flushed before it returns (an admission is durable)."""
+        notify = self.store.notifies
         return await self.store.run(admitted(run_id, fence, admission, event_data,
-                                             notify=self.store.notifies))
+                                             notify=notify), single_statement=notify)
 
     async def check_live(self, tx: Tx, run_id: str, fence: int, *, steps: int = 0,
                          tool_calls: int = 0) -> str | None:
@@ -302,10 +211,11 @@ class RunLane:
                      fence: int | None = None, data: dict[str, Any] | None = None,
                      tx: Tx | None = None) -> bool:
         """Compare-and-set the one terminal status and journal ``run.terminal`` with it."""
-        unit = settled(run_id, status, reason, actor, fence=fence, data=data,
-                       notify=self.store.notifies)
+        notify = self.store.notifies
+        unit = settled(run_id, status, reason, actor, fence=fence, data=data, notify=notify)
         if tx is None:
-            return await self.store.run(unit)
+            # One statement on PostgreSQL, flushed before this returns: a terminal is durable.
+            return await self.store.run(unit, single_statement=notify)
         return await tx.run(unit)
 
     async def cancel(self, run_id: str, member: str) -> RunRecord:
