@@ -217,9 +217,8 @@ class Senders:
         return [d[0] for d in done], [d[1] for d in done], first_sent, cpu
 
 
-def _journal(client: httpx.Client, room: str) -> list[dict[str, Any]]:
+def _journal(client: httpx.Client, room: str, after: int = 0) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
-    after = 0
     while True:
         page = client.get(f"conversations/{room}/journal",
                           params={"after": after, "limit": 1000})
@@ -232,18 +231,19 @@ def _journal(client: httpx.Client, room: str) -> list[dict[str, Any]]:
 
 
 def _settled(client: httpx.Client, rooms: dict[str, int]) -> dict[str, list[dict[str, Any]]]:
-    """Each room's journal once its runs (``rooms[room]`` of them) have all settled."""
+    """Each room's journal once its runs (``rooms[room]`` of them) have all settled. Read on
+    from where the last look ended, so the polling costs the servers little while the turns
+    run."""
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    journals: dict[str, list[dict[str, Any]]] = {}
     for room, expected in rooms.items():
+        events: list[dict[str, Any]] = []
         while True:
-            events = _journal(client, room)
+            events += _journal(client, room, events[-1]["seq"] if events else 0)
             if sum(e["type"] == "run.terminal" for e in events) >= expected:
-                journals[room] = events
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"room {room}: runs did not settle")
-            time.sleep(0.05)
+            time.sleep(0.1)
     time.sleep(0.3)  # anything extra (a second run of an input) would show up now
     return {room: _journal(client, room) for room in rooms}
 
@@ -306,7 +306,7 @@ async def _bursts(servers: list[ServerProcess], client: str, posts: list[Request
 
 
 def figure(db: str, servers: list[ServerProcess], name: str, messages: int, rooms: int,
-           trials: int, client: str) -> None:
+           trials: int, client: str, profile: str | None = None) -> None:
     latencies: list[float] = []
     baseline: list[float] = []
     rates: list[float] = []
@@ -314,7 +314,7 @@ def figure(db: str, servers: list[ServerProcess], name: str, messages: int, room
     cpu_s = bare_cpu_s = 0.0
     violations = 0
     with servers[0].client(MEMBER) as sync:
-        for _ in range(trials):
+        for trial_no in range(trials):
             room_ids = []
             for _ in range(rooms):
                 created = sync.post("conversations", json={"agent_id": "general"})
@@ -324,7 +324,10 @@ def figure(db: str, servers: list[ServerProcess], name: str, messages: int, room
             posts: list[Request] = [
                 ("POST", f"conversations/{room_ids[i % rooms]}/messages",
                  {"text": f"{TEXT} {i}"}) for i in range(messages)]
-            trial = asyncio.run(_bursts(servers, client, posts))
+            # py-spy (``--profile``) sees the first trial's bursts, not the settling after.
+            with profiled(servers[0].process.pid, profile if trial_no == 0 else None,
+                          f"{db}.{name}"):
+                trial = asyncio.run(_bursts(servers, client, posts))
             took, accepted = trial.took, trial.accepted
             cpu_s += trial.cpu_s
             bare_cpu_s += trial.bare_cpu_s
@@ -369,16 +372,16 @@ def _extra(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, default=3,
                         help="bursts per figure, each into fresh rooms (default 3)")
     parser.add_argument("--profile", metavar="PATH",
-                        help="py-spy the first server during the one_room figure: "
-                             "PATH.<db>.txt, summary on stderr (bench/pyspy_summary.py)")
+                        help="py-spy the first server during the first one_room trial's bursts "
+                             "(baseline and posts): PATH.<db>.one_room.txt, summary on "
+                             "stderr (bench/pyspy_summary.py)")
 
 
 def main() -> None:
     args = parse_args(__doc__ or BENCH, default_n=100, extra=_extra)
     for db in asyncio.run(reachable_databases(BENCH, args)):
         with FakeOpenAI(SCRIPTS) as fake, replicas(db, args.pg_url, fake) as servers:
-            with profiled(servers[0].process.pid, args.profile, db):
-                figure(db, servers, "one_room", args.n, 1, args.trials, args.client)
+            figure(db, servers, "one_room", args.n, 1, args.trials, args.client, args.profile)
             figure(db, servers, "rooms", args.spread_n, args.rooms, args.trials, args.client)
 
 
