@@ -98,7 +98,22 @@ def replicas(db: str, pg_url: str, fake: FakeOpenAI) -> Iterator[list[ServerProc
         # One after the other: the first migrates the schema.
         for name in ("a", "b") if db == "postgresql" else ("a",):
             servers.append(start_server(root / f"replica-{name}", url, schema, extra_env=env))
+        for server in servers:
+            _warm_up(server)
         yield servers
+
+
+def _warm_up(server: ServerProcess) -> None:
+    """One turn on ``server`` before anything is measured: a server that has served turns
+    has imported and compiled what a turn needs (the first admission does that once), and
+    a deployment's servers have."""
+    with server.client(MEMBER) as client:
+        room = client.post("conversations", json={"agent_id": "general"})
+        room.raise_for_status()
+        room_id = str(room.json()["id"])
+        client.post(f"conversations/{room_id}/messages",
+                    json={"text": f"{TEXT} warm-up"}).raise_for_status()
+        _settled(client, {room_id: 1})
 
 
 async def _drop_schema(pg_url: str, schema: str) -> None:
