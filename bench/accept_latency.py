@@ -16,19 +16,20 @@ sees it), ``target_p95_ms`` 50 and ``meets_target``; ``turns_per_s`` = messages 
 ``run.terminal`` - the first send), each turn a one-step text answer. The baseline is the
 same burst of authenticated ``GET members/me`` (no store work) on the same connections in the
 same run: ``baseline_p50_ms``, ``baseline_p95_ms``, and ``ratio`` = ``p95_ms /
-baseline_p95_ms``. ``server_cpu_ms_per_post`` is the CPU the server processes used (user +
-system, from /proc) between the first send and the last answer of the posts' burst, per post,
-and ``baseline_cpu_ms_per_get`` the same for the baseline burst: on a machine shared with
-other work these do not grow with the wait for a core, so ``cpu_ratio`` (their quotient) is
-the comparable figure. The turns that start during the burst are in the posts' CPU (their
-admissions and steps run on the same servers). Every figure checks what the burst must not
-break (docs/architecture.md): each input accepted once with its own gap-free position,
-admitted in position order, one terminal each (completed), never two runs of a room active
-(admissions and terminals alternate in the journal); ``violations`` counts the broken ones
-(it must be 0).
+baseline_p95_ms``. ``server_cpu_ms_per_post`` is the CPU the server processes used (the
+scheduler's per-thread count, bench/benchkit.py) between the first send and the last answer
+of the posts' burst, per post, and ``baseline_cpu_ms_per_get`` the same for the baseline
+burst: on a machine shared with other work these do not grow with the wait for a core, so
+``cpu_ratio`` (their quotient) is the comparable figure. The turns that start during the
+burst are in the posts' CPU (their admissions and steps run on the same servers). Every
+figure checks what the burst must not break (docs/architecture.md): each input accepted once
+with its own gap-free position, admitted in position order, one terminal each (completed),
+never two runs of a room active (admissions and terminals alternate in the journal);
+``violations`` counts the broken ones (it must be 0). Each server serves one warm-up turn
+before anything is measured.
 
     .venv/bin/python bench/accept_latency.py [--db sqlite|postgresql|both] [--n 100]
-        [--spread-n 50] [--rooms 10] [--trials 3]
+        [--spread-n 50] [--rooms 10] [--trials 3] [--profile PATH]
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -56,7 +56,13 @@ ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH_DIR))
 
-from benchkit import emit, parse_args, quantile, reachable_databases  # noqa: E402
+from benchkit import (  # noqa: E402
+    emit,
+    parse_args,
+    process_cpu_s,
+    quantile,
+    reachable_databases,
+)
 from e2e_overhead import profiled  # noqa: E402
 
 from kaizen_server_extension.store.engine import sqlite_url_for  # noqa: E402
@@ -128,17 +134,11 @@ async def _drop_schema(pg_url: str, schema: str) -> None:
 
 
 Request = tuple[str, str, dict[str, Any] | None]
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def server_cpu_s(servers: list[ServerProcess]) -> float:
-    """User + system CPU seconds the server processes have used so far (Linux /proc)."""
-    total = 0
-    for server in servers:
-        stat = Path(f"/proc/{server.process.pid}/stat").read_text()
-        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / _CLOCK_TICKS
+    """CPU seconds the server processes have used so far (bench/benchkit.py)."""
+    return sum(process_cpu_s(server.process.pid) for server in servers)
 
 
 class Senders:
