@@ -93,7 +93,12 @@ class AcceptBatcher:
             while self._waiting:
                 batch = self._waiting[:MAX_BATCH]
                 del self._waiting[:MAX_BATCH]
-                await self._write(batch)
+                try:
+                    await self._write(batch)
+                except BaseException as error:
+                    _fail(batch, error)  # no sender is left waiting, whatever broke
+                    if not isinstance(error, Exception):
+                        raise
         finally:
             self._writing = None
 
@@ -105,18 +110,12 @@ class AcceptBatcher:
                 single_statement=True)
         except (IntegrityError, MemberError, asyncpg.PostgresError) as error:
             if isinstance(error, DISCONNECTED):
-                _fail(batch, error)
-                return
+                raise  # whether it committed is unknown: never written twice
             # Refused by the database (nothing written): one at a time, as without batching.
             self.refused += 1
             log.info("acceptance batch of %d refused (%s); accepting one at a time",
                      len(together), type(error).__name__)
             _settle(batch, lambda _w: ALONE)
-            return
-        except BaseException as error:
-            _fail(batch, error)
-            if not isinstance(error, Exception):
-                raise
             return
         self.batches += 1
         self.inputs += len(together)
@@ -135,7 +134,12 @@ class AcceptBatcher:
             if not isinstance(error, Exception):
                 raise
             return
-        self._database.publish([item.event for item in outcome.values() if item is not None])
+        try:
+            self._database.publish([item.event for item in outcome.values()
+                                    if item is not None])
+        except Exception:
+            # Durable either way: an observer that failed must not fail the senders.
+            log.exception("publishing an acceptance batch failed")
 
         def answer(w: _Waiting) -> BatchOutcome:
             if id(w) in alone:

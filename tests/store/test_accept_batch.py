@@ -84,6 +84,22 @@ async def test_a_burst_over_rooms_numbers_each_room_on_its_own(store: Store) -> 
         assert [e.data["input_id"] for e in events] == [a.input_id for a in mine]
 
 
+async def test_steering_in_a_burst_carries_its_members_model(store: Store) -> None:
+    room = await _room(store)
+    await store.members.update_settings("alice", approval_mode="ask_for_writes",
+                                        model="alices-model")
+    sends = [asyncio.ensure_future(store.inputs.accept(
+        room, "alice", f"m{i}", kind="steering" if i % 2 else "message",
+        idempotency_key=None)) for i in range(6)]
+    accepted = await asyncio.gather(*sends)
+    assert [a.kind for a in accepted] == ["message", "steering"] * 3
+    stored = await _inputs(store, room)
+    assert [(i.kind, i.model) for i in stored] == [
+        ("message", None), ("steering", "alices-model")] * 3
+    assert [e.type for e in await _journal(store, room)] == [
+        "input.accepted", "steering.accepted"] * 3
+
+
 async def test_a_key_used_twice_in_one_burst_answers_the_first(store: Store) -> None:
     room = await _room(store)
     first, others, replay, reused = await asyncio.gather(
