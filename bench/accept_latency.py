@@ -16,13 +16,20 @@ sees it), ``target_p95_ms`` 50 and ``meets_target``; ``turns_per_s`` = messages 
 ``run.terminal`` - the first send), each turn a one-step text answer. The baseline is the
 same burst of authenticated ``GET members/me`` (no store work) on the same connections in the
 same run: ``baseline_p50_ms``, ``baseline_p95_ms``, and ``ratio`` = ``p95_ms /
-baseline_p95_ms``. Every figure checks what the burst must not break (docs/architecture.md):
-each input accepted once with its own gap-free position, admitted in position order, one
-terminal each (completed), never two runs of a room active (admissions and terminals
-alternate in the journal); ``violations`` counts the broken ones (it must be 0).
+baseline_p95_ms``. ``server_cpu_ms_per_post`` is the CPU the server processes used (the
+scheduler's per-thread count, bench/benchkit.py) between the first send and the last answer
+of the posts' burst, per post, and ``baseline_cpu_ms_per_get`` the same for the baseline
+burst: on a machine shared with other work these do not grow with the wait for a core, so
+``cpu_ratio`` (their quotient) is the comparable figure. The turns that start during the
+burst are in the posts' CPU (their admissions and steps run on the same servers). Every
+figure checks what the burst must not break (docs/architecture.md): each input accepted once
+with its own gap-free position, admitted in position order, one terminal each (completed),
+never two runs of a room active (admissions and terminals alternate in the journal);
+``violations`` counts the broken ones (it must be 0). Each server serves one warm-up turn
+before anything is measured.
 
     .venv/bin/python bench/accept_latency.py [--db sqlite|postgresql|both] [--n 100]
-        [--spread-n 50] [--rooms 10] [--trials 3]
+        [--spread-n 50] [--rooms 10] [--trials 3] [--profile PATH]
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -48,7 +56,14 @@ ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH_DIR))
 
-from benchkit import emit, parse_args, quantile, reachable_databases  # noqa: E402
+from benchkit import (  # noqa: E402
+    emit,
+    parse_args,
+    process_cpu_s,
+    quantile,
+    reachable_databases,
+)
+from e2e_overhead import profiled  # noqa: E402
 
 from kaizen_server_extension.store.engine import sqlite_url_for  # noqa: E402
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI  # noqa: E402
@@ -89,7 +104,22 @@ def replicas(db: str, pg_url: str, fake: FakeOpenAI) -> Iterator[list[ServerProc
         # One after the other: the first migrates the schema.
         for name in ("a", "b") if db == "postgresql" else ("a",):
             servers.append(start_server(root / f"replica-{name}", url, schema, extra_env=env))
+        for server in servers:
+            _warm_up(server)
         yield servers
+
+
+def _warm_up(server: ServerProcess) -> None:
+    """One turn on ``server`` before anything is measured: a server that has served turns
+    has imported and compiled what a turn needs (the first admission does that once), and
+    a deployment's servers have."""
+    with server.client(MEMBER) as client:
+        room = client.post("conversations", json={"agent_id": "general"})
+        room.raise_for_status()
+        room_id = str(room.json()["id"])
+        client.post(f"conversations/{room_id}/messages",
+                    json={"text": f"{TEXT} warm-up"}).raise_for_status()
+        _settled(client, {room_id: 1})
 
 
 async def _drop_schema(pg_url: str, schema: str) -> None:
@@ -106,6 +136,11 @@ async def _drop_schema(pg_url: str, schema: str) -> None:
 Request = tuple[str, str, dict[str, Any] | None]
 
 
+def server_cpu_s(servers: list[ServerProcess]) -> float:
+    """CPU seconds the server processes have used so far (bench/benchkit.py)."""
+    return sum(process_cpu_s(server.process.pid) for server in servers)
+
+
 class Senders:
     """One keep-alive connection per sender, each bound to one replica (round robin).
 
@@ -118,6 +153,7 @@ class Senders:
     """
 
     def __init__(self, servers: list[ServerProcess], count: int, client: str) -> None:
+        self.servers = servers
         self.client = client
         self.bases = [servers[i % len(servers)].base_url + "kaizen/api/"
                       for i in range(count)]
@@ -164,9 +200,10 @@ class Senders:
         return status, await reader.readexactly(length)
 
     async def burst(self, requests: list[Request],
-                    ) -> tuple[list[float], list[dict[str, Any]], float]:
+                    ) -> tuple[list[float], list[dict[str, Any]], float, float]:
         """Send request i on connection i, all at once; each one's latency (ms), its JSON
-        answer, and the wall-clock time of the first send."""
+        answer, the wall-clock time of the first send, and the servers' CPU seconds from the
+        first send to the last answer."""
         start = asyncio.Event()
         raw = [self._raw_request(i, *r) for i, r in enumerate(requests)] \
             if self.client == "raw" else []
@@ -187,15 +224,16 @@ class Senders:
 
         tasks = [asyncio.create_task(one(i)) for i in range(len(requests))]
         await asyncio.sleep(0)  # every sender waits at the gate
+        cpu_before = server_cpu_s(self.servers)
         first_sent = time.time()
         start.set()
         done = await asyncio.gather(*tasks)
-        return [d[0] for d in done], [d[1] for d in done], first_sent
+        cpu = server_cpu_s(self.servers) - cpu_before
+        return [d[0] for d in done], [d[1] for d in done], first_sent, cpu
 
 
-def _journal(client: httpx.Client, room: str) -> list[dict[str, Any]]:
+def _journal(client: httpx.Client, room: str, after: int = 0) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
-    after = 0
     while True:
         page = client.get(f"conversations/{room}/journal",
                           params={"after": after, "limit": 1000})
@@ -208,18 +246,19 @@ def _journal(client: httpx.Client, room: str) -> list[dict[str, Any]]:
 
 
 def _settled(client: httpx.Client, rooms: dict[str, int]) -> dict[str, list[dict[str, Any]]]:
-    """Each room's journal once its runs (``rooms[room]`` of them) have all settled."""
+    """Each room's journal once its runs (``rooms[room]`` of them) have all settled. Read on
+    from where the last look ended, so the polling costs the servers little while the turns
+    run."""
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    journals: dict[str, list[dict[str, Any]]] = {}
     for room, expected in rooms.items():
+        events: list[dict[str, Any]] = []
         while True:
-            events = _journal(client, room)
+            events += _journal(client, room, events[-1]["seq"] if events else 0)
             if sum(e["type"] == "run.terminal" for e in events) >= expected:
-                journals[room] = events
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"room {room}: runs did not settle")
-            time.sleep(0.05)
+            time.sleep(0.1)
     time.sleep(0.3)  # anything extra (a second run of an input) would show up now
     return {room: _journal(client, room) for room in rooms}
 
@@ -254,8 +293,19 @@ def _at(event: dict[str, Any]) -> float:
     return datetime.fromisoformat(event["at"]).timestamp()
 
 
-async def _bursts(servers: list[ServerProcess], client: str, posts: list[Request],
-                  ) -> tuple[list[float], list[float], list[dict[str, Any]], float]:
+@dataclass
+class Bursts:
+    """One trial: the baseline burst's latencies and CPU, then the posts'."""
+
+    bare: list[float]
+    bare_cpu_s: float
+    took: list[float]
+    accepted: list[dict[str, Any]]
+    first_sent: float
+    cpu_s: float
+
+
+async def _bursts(servers: list[ServerProcess], client: str, posts: list[Request]) -> Bursts:
     """On fresh connections: a burst of ``GET members/me`` that opens them, the baseline
     burst, then the posts."""
     senders = Senders(servers, len(posts), client)
@@ -263,22 +313,23 @@ async def _bursts(servers: list[ServerProcess], client: str, posts: list[Request
         await senders.open()
         me: list[Request] = [("GET", "members/me", None)] * len(posts)
         await senders.burst(me)
-        bare, _, _ = await senders.burst(me)
-        took, accepted, first_sent = await senders.burst(posts)
-        return bare, took, accepted, first_sent
+        bare, _, _, bare_cpu = await senders.burst(me)
+        took, accepted, first_sent, cpu = await senders.burst(posts)
+        return Bursts(bare, bare_cpu, took, accepted, first_sent, cpu)
     finally:
         await senders.close()
 
 
 def figure(db: str, servers: list[ServerProcess], name: str, messages: int, rooms: int,
-           trials: int, client: str) -> None:
+           trials: int, client: str, profile: str | None = None) -> None:
     latencies: list[float] = []
     baseline: list[float] = []
     rates: list[float] = []
     trial_p95: list[float] = []
+    cpu_s = bare_cpu_s = 0.0
     violations = 0
     with servers[0].client(MEMBER) as sync:
-        for _ in range(trials):
+        for trial_no in range(trials):
             room_ids = []
             for _ in range(rooms):
                 created = sync.post("conversations", json={"agent_id": "general"})
@@ -288,7 +339,13 @@ def figure(db: str, servers: list[ServerProcess], name: str, messages: int, room
             posts: list[Request] = [
                 ("POST", f"conversations/{room_ids[i % rooms]}/messages",
                  {"text": f"{TEXT} {i}"}) for i in range(messages)]
-            bare, took, accepted, first_sent = asyncio.run(_bursts(servers, client, posts))
+            # py-spy (``--profile``) sees the first trial's bursts, not the settling after.
+            with profiled(servers[0].process.pid, profile if trial_no == 0 else None,
+                          f"{db}.{name}"):
+                trial = asyncio.run(_bursts(servers, client, posts))
+            took, accepted = trial.took, trial.accepted
+            cpu_s += trial.cpu_s
+            bare_cpu_s += trial.bare_cpu_s
             for i, answer in enumerate(accepted):
                 answer["conversation_id"] = room_ids[i % rooms]
             expected = {r: sum(1 for i in range(messages) if i % rooms == k)
@@ -296,11 +353,11 @@ def figure(db: str, servers: list[ServerProcess], name: str, messages: int, room
             journals = _settled(sync, expected)
             last = max(_at(e) for events in journals.values() for e in events
                        if e["type"] == "run.terminal")
-            rates.append(messages / (last - first_sent))
+            rates.append(messages / (last - trial.first_sent))
             violations += _violations(accepted, journals)
             latencies.extend(took)
             trial_p95.append(round(quantile(took, 95), 1))
-            baseline.extend(bare)
+            baseline.extend(trial.bare)
     p95, bare_p95 = quantile(latencies, 95), quantile(baseline, 95)
     emit({
         "bench": BENCH, "figure": name, "db": db, "replicas": len(servers), "client": client,
@@ -313,6 +370,9 @@ def figure(db: str, servers: list[ServerProcess], name: str, messages: int, room
         "baseline_p50_ms": round(statistics.median(baseline), 2),
         "baseline_p95_ms": round(bare_p95, 2),
         "ratio": round(p95 / bare_p95, 2) if bare_p95 > 0 else None,
+        "server_cpu_ms_per_post": round(1000 * cpu_s / len(latencies), 2),
+        "baseline_cpu_ms_per_get": round(1000 * bare_cpu_s / len(baseline), 2),
+        "cpu_ratio": round(cpu_s / bare_cpu_s, 2) if bare_cpu_s > 0 else None,
         "violations": violations,
     })
 
@@ -326,13 +386,17 @@ def _extra(parser: argparse.ArgumentParser) -> None:
                         help="how the senders send (default raw; see Senders)")
     parser.add_argument("--trials", type=int, default=3,
                         help="bursts per figure, each into fresh rooms (default 3)")
+    parser.add_argument("--profile", metavar="PATH",
+                        help="py-spy the first server during the first one_room trial's bursts "
+                             "(baseline and posts): PATH.<db>.one_room.txt, summary on "
+                             "stderr (bench/pyspy_summary.py)")
 
 
 def main() -> None:
     args = parse_args(__doc__ or BENCH, default_n=100, extra=_extra)
     for db in asyncio.run(reachable_databases(BENCH, args)):
         with FakeOpenAI(SCRIPTS) as fake, replicas(db, args.pg_url, fake) as servers:
-            figure(db, servers, "one_room", args.n, 1, args.trials, args.client)
+            figure(db, servers, "one_room", args.n, 1, args.trials, args.client, args.profile)
             figure(db, servers, "rooms", args.spread_n, args.rooms, args.trials, args.client)
 
 

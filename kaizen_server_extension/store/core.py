@@ -230,6 +230,16 @@ class Database:
         one unit (one snapshot)."""
         return await self._units.read(make, args, single_statement=single_statement)
 
+    async def flushed(self) -> None:
+        """Return once every unit that committed before this call is on disk (units
+        committed with ``durable=False`` included; store/units.py)."""
+        await self._units.flushed()
+
+    def publish(self, appended: Sequence[EventRecord]) -> None:
+        """Publish journal events a caller committed itself (store/accept_batch.py) to the
+        observers; only once they are durable."""
+        self._publish(appended)
+
     def _publish_unit(self, done: asyncio.Future[tuple[Any, list[EventRecord]]]) -> None:
         if done.cancelled() or done.exception() is not None:
             return  # the exception reaches the caller, unless it was cancelled meanwhile

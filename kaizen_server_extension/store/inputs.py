@@ -19,20 +19,41 @@ row stays locked is the whole cost of a burst of messages into one room (bench/R
 Either way the database holds what must never break: the participant check is in the
 UPDATE's WHERE clause (no row: NotFound), ``UNIQUE (conversation_id, position)``, ``UNIQUE
 (conversation_id, seq)`` and ``UNIQUE (conversation_id, idempotency_key)``.
+
+On PostgreSQL the acceptances a process holds at once are written together
+(:func:`accept_batch`, gathered by store/accept_batch.py): one statement numbers them in
+arrival order, per room, after the same checks, so a burst into one room pays one row-lock
+hand-off and one WAL barrier per batch instead of per message.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Text, bindparam, cast, exists, func, insert, literal, select, true, update
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import (
+    Text,
+    bindparam,
+    cast,
+    exists,
+    func,
+    insert,
+    literal,
+    select,
+    text,
+    true,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.core import _INSERT_EVENT, JOURNAL_CHANNEL
+from kaizen_server_extension.store.models import UTCDateTime
 from kaizen_server_extension.store.records import AcceptedInputRecord, EventRecord
-from kaizen_server_extension.store.storable import storable_document
+from kaizen_server_extension.store.storable import StorableText, storable_document
 from kaizen_server_extension.store.units import Appended, Unit, fetch
 
 _TABLES = m.Base.metadata.tables
@@ -186,3 +207,133 @@ def _journal_at(seq: int, new: NewInput, event_type: str, now: Any,
     yield Appended(record)
     return record
 
+
+
+# PostgreSQL, a batch: the same acceptance for many inputs in one statement, each input a
+# row of the arrays (in arrival order: ``ord``). An input is written when its member takes
+# part in its room and, with an idempotency key, no input of the room holds that key yet;
+# the others get no row back (the caller tells NotFound from a replay, store/
+# repositories.py). The rooms' rows are locked in id order (``locked``), so two batches
+# sharing rooms never deadlock; each room's counters then move by its count of inputs,
+# which take the positions and seqs in between in arrival order. One NOTIFY per room, with
+# its last seq: a notice says "the journal holds events up to seq" (events/bus.py).
+_BATCH_ARRAYS = ("conversation_ids", "members", "input_ids", "run_ids", "kinds", "texts",
+                 "digests", "keys", "models_of", "datas", "ats")
+_ACCEPT_BATCH = text(f"""
+WITH batch AS (
+    SELECT * FROM unnest(:conversation_ids, :members, :input_ids, :run_ids, :kinds, :texts,
+                         :digests, :keys, :models_of, :datas, :ats)
+        WITH ORDINALITY AS b(conversation_id, member, input_id, run_id, kind, text, digest,
+                             key, model_of, data, at, ord)
+), admitted AS (
+    SELECT b.*, row_number() OVER (PARTITION BY b.conversation_id ORDER BY b.ord) AS k
+    FROM batch AS b
+    WHERE EXISTS (SELECT FROM participants AS p
+                  WHERE p.conversation_id = b.conversation_id AND p.member_id = b.member)
+      AND (b.key IS NULL OR NOT EXISTS (
+               SELECT FROM accepted_inputs AS a
+               WHERE a.conversation_id = b.conversation_id AND a.idempotency_key = b.key))
+), counted AS (
+    SELECT conversation_id, count(*) AS n, max(at) AS at FROM admitted GROUP BY conversation_id
+), locked AS (
+    SELECT c.id FROM conversations AS c
+    WHERE c.id IN (SELECT conversation_id FROM counted)
+    ORDER BY c.id FOR UPDATE
+), bumped AS (
+    UPDATE conversations AS c
+    SET last_position = c.last_position + counted.n, last_seq = c.last_seq + counted.n,
+        updated_at = counted.at
+    FROM counted JOIN locked ON locked.id = counted.conversation_id
+    WHERE c.id = counted.conversation_id
+    RETURNING c.id, c.last_position - counted.n AS position0, c.last_seq - counted.n AS seq0,
+              c.audience_version
+), numbered AS (
+    SELECT a.*, bumped.position0 + a.k AS position, bumped.seq0 + a.k AS seq,
+           bumped.audience_version
+    FROM admitted AS a JOIN bumped ON bumped.id = a.conversation_id
+), accepted AS (
+    INSERT INTO accepted_inputs (id, conversation_id, position, kind, member, text,
+                                 text_digest, idempotency_key, model, created_at)
+    SELECT input_id, conversation_id, position, kind, member, text, digest, key,
+           (SELECT model FROM members WHERE members.id = numbered.model_of), at
+    FROM numbered
+), queued AS (
+    INSERT INTO runs (id, conversation_id, input_id, input_position, member, status, fence,
+                      steps, tool_calls, created_at)
+    SELECT run_id, conversation_id, input_id, position, member, 'queued', 0, 0, 0, at
+    FROM numbered
+), journaled AS (
+    INSERT INTO journal (conversation_id, seq, run_id, type, actor, at, data)
+    SELECT conversation_id, seq, run_id,
+           CASE kind WHEN 'steering' THEN 'steering.accepted' ELSE 'input.accepted' END,
+           member, at,
+           CAST(data AS jsonb) || jsonb_build_object('position', position,
+                                                     'audience_version', audience_version)
+    FROM numbered
+    RETURNING conversation_id, seq
+), notified AS (
+    SELECT pg_notify('{JOURNAL_CHANNEL}', CAST(json_build_object(
+        'n', current_schema(), 'c', conversation_id, 's', max(seq)) AS text))
+    FROM journaled GROUP BY conversation_id
+)
+SELECT batch.ord, numbered.position, numbered.seq, numbered.audience_version
+FROM batch LEFT JOIN numbered ON numbered.ord = batch.ord
+WHERE (SELECT count(*) FROM notified) >= 0
+""").bindparams(*(
+    bindparam(name, type_=ARRAY(UTCDateTime() if name == "ats" else StorableText()))
+    for name in _BATCH_ARRAYS))
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """One input of a batch: what was sent, and when it arrived."""
+
+    new: NewInput
+    at: datetime
+
+
+def accept_batch(arrivals: Sequence[Arrival]) -> Unit[list[AcceptedBatchItem | None]]:
+    """Accept each of ``arrivals`` (PostgreSQL, one statement; see ``_ACCEPT_BATCH``): per
+    arrival, in order, what was written, or None when nothing was (not a participant, no
+    such room, or its idempotency key is already taken in the room).
+
+    The unit appends no :class:`Appended`: the batcher publishes the events itself, once the
+    batch is on disk (store/accept_batch.py)."""
+    bases = [storable_document({"input_id": a.new.input_id, "text": a.new.text,
+                                "kind": a.new.kind}) for a in arrivals]
+    rows = yield from fetch(_ACCEPT_BATCH, {
+        "conversation_ids": [a.new.conversation_id for a in arrivals],
+        "members": [a.new.member for a in arrivals],
+        "input_ids": [a.new.input_id for a in arrivals],
+        "run_ids": [a.new.run_id for a in arrivals],
+        "kinds": [a.new.kind for a in arrivals],
+        "texts": [a.new.text for a in arrivals],
+        "digests": [a.new.text_digest for a in arrivals],
+        "keys": [a.new.idempotency_key for a in arrivals],
+        "models_of": [a.new.member if a.new.kind == "steering" else None for a in arrivals],
+        "datas": [json.dumps(base) for base in bases],
+        "ats": [a.at for a in arrivals],
+    })
+    written: list[AcceptedBatchItem | None] = [None] * len(arrivals)
+    for ordinal, position, seq, audience_version in rows:
+        if position is None:
+            continue
+        i = ordinal - 1
+        new = arrivals[i].new
+        event_type = "steering.accepted" if new.kind == "steering" else "input.accepted"
+        data = {**bases[i], "position": position, "audience_version": audience_version}
+        written[i] = AcceptedBatchItem(
+            AcceptedInputRecord(new.input_id, new.conversation_id, int(position), new.kind,
+                                new.member, new.run_id, new.text_digest,
+                                new.idempotency_key, created=True),
+            EventRecord(new.conversation_id, seq, new.run_id, event_type, new.member,
+                        arrivals[i].at, data))
+    return written
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptedBatchItem:
+    """An input a batch wrote: its acceptance and its journal event."""
+
+    accepted: AcceptedInputRecord
+    event: EventRecord

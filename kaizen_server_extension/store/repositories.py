@@ -30,6 +30,8 @@ from kaizen_server_extension.store.records import (
 from kaizen_server_extension.store.units import Unit
 
 if TYPE_CHECKING:
+    from kaizen_server_extension.store.accept_batch import AcceptBatcher
+    from kaizen_server_extension.store.inputs import NewInput
     from kaizen_server_extension.store.store import Store
 
 
@@ -265,6 +267,10 @@ class JournalRepository(_Repository):
 
 
 class InputRepository(_Repository):
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self._batcher: AcceptBatcher | None = None
+
     async def accept(self, conversation_id: str, member: str, text: str, *, kind: str,
                      idempotency_key: str | None,
                      attachments: Sequence[str] = ()) -> AcceptedInputRecord:
@@ -276,17 +282,53 @@ class InputRepository(_Repository):
         in the same transaction; one the member may not read is NotFound and nothing is
         written (store/attachments.py).
         """
-        from kaizen_server_extension.store.attachments import AttachmentStore
-        from kaizen_server_extension.store.inputs import NewInput, accept_input
+        from kaizen_server_extension.store.accept_batch import ALONE
+        from kaizen_server_extension.store.inputs import NewInput
 
         digest = text_digest(text)
-        if idempotency_key is not None:
-            earlier = await self._by_key(conversation_id, member, idempotency_key, digest,
-                                         tuple(attachments))
-            if earlier is not None:
-                return earlier
         new = NewInput(conversation_id, member, text, digest, kind, idempotency_key,
                        input_id=new_id(), run_id=new_id())
+        if attachments or not self.store.notifies:
+            return await self._accept_alone(new, tuple(attachments))
+        # PostgreSQL, the common case: with the acceptances this process holds at once, in
+        # one statement (store/accept_batch.py); it checks the key itself.
+        outcome = await self.batcher().accept(new)
+        if outcome is ALONE:
+            return await self._accept_alone(new, ())
+        if outcome is None:
+            if idempotency_key is not None:
+                # Not written: not a participant (NotFound here too), or the key is taken.
+                earlier = await self._by_key(conversation_id, member, idempotency_key,
+                                             digest)
+                if earlier is not None:
+                    return earlier
+            raise NotFound("No such conversation.", code="conversation_not_found")
+        return outcome
+
+    async def close(self) -> None:
+        if self._batcher is not None:
+            await self._batcher.close()
+
+    def batcher(self) -> AcceptBatcher:
+        from kaizen_server_extension.store.accept_batch import AcceptBatcher
+
+        if self._batcher is None:
+            self._batcher = AcceptBatcher(self.store)
+        return self._batcher
+
+    async def _accept_alone(self, new: NewInput,
+                            attachments: tuple[str, ...]) -> AcceptedInputRecord:
+        """One acceptance, its own transaction (with ``attachments``, on SQLite, and for an
+        input a batch could not take)."""
+        from kaizen_server_extension.store.attachments import AttachmentStore
+        from kaizen_server_extension.store.inputs import accept_input
+
+        conversation_id, member, key = new.conversation_id, new.member, new.idempotency_key
+        if key is not None:
+            earlier = await self._by_key(conversation_id, member, key, new.text_digest,
+                                         attachments)
+            if earlier is not None:
+                return earlier
         accepted: AcceptedInputRecord | None
         try:
             if attachments:
@@ -301,17 +343,17 @@ class InputRepository(_Repository):
                     if accepted is not None:
                         AttachmentStore.record(tx, new.input_id, pinned)
             else:
-                # The common case: one statement (PostgreSQL), the room's row locked only
-                # while it runs (store/inputs.py).
+                # One statement (PostgreSQL), the room's row locked only while it runs
+                # (store/inputs.py).
                 accepted = await self.store.run(
                     accept_input(new, now=utcnow(), notify=self.store.notifies),
                     single_statement=True)
         except IntegrityError:
             # Two requests with one key raced: the loser answers what the winner wrote.
-            if idempotency_key is None:
+            if key is None:
                 raise
-            earlier = await self._by_key(conversation_id, member, idempotency_key, digest,
-                                         tuple(attachments))
+            earlier = await self._by_key(conversation_id, member, key, new.text_digest,
+                                         attachments)
             if earlier is None:
                 raise
             return earlier

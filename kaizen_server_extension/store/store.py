@@ -31,3 +31,7 @@ class Store(Database):
         self.journal = JournalRepository(self)
         self.inputs = InputRepository(self)
         self.runs = RunRepository(self)
+
+    async def dispose(self) -> None:
+        await self.inputs.close()  # acceptances under way finish first
+        await super().dispose()

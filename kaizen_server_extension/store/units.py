@@ -210,6 +210,12 @@ class DirectRunner(ABC):
     async def dispose(self) -> None:
         return None
 
+    async def flushed(self) -> None:
+        """Return once every commit that returned before this call is on disk (PostgreSQL:
+        see :class:`GroupFlush`). SQLite's commits are as durable as they get when they
+        return (WAL, ``synchronous=NORMAL``: store/engine.py)."""
+        return None
+
     def writer_gate(self) -> contextlib.AbstractAsyncContextManager[None]:
         """Held around this process's session transactions: on SQLite it keeps them and units
         from meeting at the database's write lock; elsewhere it is free."""
@@ -442,8 +448,9 @@ _PG_BEGIN = {
 }
 
 # Raised by asyncpg (or the socket under it) when the pooled connection is gone, e.g. after the
-# database restarted; before BEGIN succeeded nothing was done, so the unit can run again.
-_DISCONNECTED = (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
+# database restarted; before BEGIN succeeded nothing was done, so the unit can run again
+# (after, whether it committed is unknown: store/accept_batch.py).
+DISCONNECTED = (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
                  asyncpg.exceptions.AdminShutdownError)
 
 
@@ -554,7 +561,7 @@ class PostgresRunner(DirectRunner):
             async with pool.acquire() as pg:
                 try:
                     await pg.execute(_PG_BEGIN[(write, durable, pg.commits_async)])
-                except _DISCONNECTED:
+                except DISCONNECTED:
                     pg.terminate()
                     if attempt == 2:
                         raise
@@ -574,7 +581,7 @@ class PostgresRunner(DirectRunner):
                     if single_statement:
                         return (await self._run_single(pg, make(*args)))[0]
                     await pg.execute("BEGIN READ ONLY")
-                except _DISCONNECTED:
+                except DISCONNECTED:
                     pg.terminate()
                     if attempt == 2:
                         raise
@@ -590,7 +597,7 @@ class PostgresRunner(DirectRunner):
                     # off from now on (its durable transactions then say "on" themselves).
                     try:
                         await pg.execute("SET synchronous_commit TO off")
-                    except _DISCONNECTED:
+                    except DISCONNECTED:
                         pg.terminate()
                         if attempt == 2:
                             raise
@@ -618,6 +625,9 @@ class PostgresRunner(DirectRunner):
         finally:
             stepping.close()
         return stepping.outcome()
+
+    async def flushed(self) -> None:
+        await self._flush.wait()
 
     async def _barrier(self) -> None:
         """Commit a WAL record, flushed before the commit returns: a transactional
