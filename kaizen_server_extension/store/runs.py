@@ -23,6 +23,7 @@ from kaizen_server_extension.store.core import Tx, utcnow
 from kaizen_server_extension.store.records import EventRecord, RunRecord
 from kaizen_server_extension.store.repositories import run_record
 from kaizen_server_extension.store.run_journal import (
+    _ACTIVE_STATUS,
     ACTIVE,
     Admission,
     admitted,
@@ -115,6 +116,19 @@ def owner_gone_from_this_host(owner: str | None) -> bool:
     return False
 
 
+_EXTEND_LEASE = (update(_RUNS)
+                 .where(_RUNS.c.id == bindparam("b_run_id"),
+                        _RUNS.c.fence == bindparam("b_fence"), _ACTIVE_STATUS)
+                 .values(lease_expires_at=_DatabaseClock(bindparam("b_lease_s", type_=Float())))
+                 .returning(_RUNS.c.id))
+
+
+def lease_extended(run_id: str, fence: int, lease: timedelta) -> Unit[bool]:
+    rows = yield from fetch(_EXTEND_LEASE, {"b_run_id": run_id, "b_fence": fence,
+                                            "b_lease_s": lease.total_seconds()})
+    return bool(rows)
+
+
 def database_clock(offset: timedelta = timedelta(0)) -> _DatabaseClock:
     """Now (plus ``offset``) on the database's clock. Leases are stamped and compared on this
     one clock, so replicas whose own clocks disagree still agree on which lease ran out."""
@@ -198,14 +212,10 @@ class RunLane:
                                               tool_calls=tool_calls))
 
     async def extend_lease(self, run_id: str, fence: int, lease: timedelta) -> bool:
-        async with self.store.transaction() as tx:
-            row = (await tx.session.execute(
-                update(m.Run)
-                .where(m.Run.id == run_id, m.Run.fence == fence, m.Run.status.in_(ACTIVE))
-                .values(lease_expires_at=database_clock(lease))
-                .returning(m.Run.id)
-            )).scalar_one_or_none()
-            return row is not None
+        """Push the run's lease ``lease`` past the database's now while it is still ours at
+        ``fence``; False when it is not (one statement)."""
+        return await self.store.run(lease_extended(run_id, fence, lease),
+                                    single_statement=True)
 
     async def settle(self, run_id: str, status: str, reason: str, actor: str, *,
                      fence: int | None = None, data: dict[str, Any] | None = None,
