@@ -282,15 +282,18 @@ async def test_the_host_drops_an_invalid_canvas_and_the_call_still_settles_ok(
 async def test_a_canvas_that_fails_to_journal_is_dropped_and_the_call_settles_without_it(
         store: Store, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
-    real_append = host_module.journal_append
+    real_journal = host_module.journal_while_live
 
-    def append(conversation_id: str, type: str, actor: str, data: dict[str, Any],
-               **kwargs: Any) -> Any:
+    def journal(run_id: str, fence: int, kind: str, actor: str, data: dict[str, Any],
+                **kwargs: Any) -> Any:
         if "canvas" in data:
-            raise OverflowError("the database refused the event")
-        return real_append(conversation_id, type, actor, data, **kwargs)
+            def refused() -> Any:
+                raise OverflowError("the database refused the event")
+                yield  # a unit: the refusal comes when it runs
+            return refused()
+        return real_journal(run_id, fence, kind, actor, data, **kwargs)
 
-    monkeypatch.setattr(host_module, "journal_append", append)
+    monkeypatch.setattr(host_module, "journal_while_live", journal)
     with caplog.at_level(logging.WARNING, logger="kaizen.canvas"):
         result, journaled = await _settle(store, _result(GOOD_MARKDOWN))
     assert result.outcome is ToolOutcome.OK and journaled["outcome"] == "ok"
