@@ -56,3 +56,28 @@ async def read_until(ws: WebSocketClientConnection, done: Any,
         while not done(frames):
             frames.append(await read_frame(ws, within))
     return frames
+
+
+async def read_while(ws: WebSocketClientConnection, work: asyncio.Task[Any], done: Any,
+                     within: float = 15) -> list[dict[str, Any]]:
+    """Frames while ``work`` runs, until it has finished and ``done(frames)`` holds.
+
+    The condition is looked at again when ``work`` finishes, not only when a frame comes:
+    the last frames may arrive before the last request's answer does, and nothing would
+    follow them. A pending read is kept across looks, so no frame is lost."""
+    frames: list[dict[str, Any]] = []
+    reading: asyncio.Future[dict[str, Any]] | None = None
+    try:
+        async with asyncio.timeout(within):
+            while not (work.done() and done(frames)):
+                if work.done() and work.exception() is not None:
+                    break  # the caller's ``await work`` raises it
+                reading = reading or asyncio.ensure_future(read_frame(ws, within))
+                await asyncio.wait({reading, work}, return_when=asyncio.FIRST_COMPLETED)
+                if reading.done():
+                    frames.append(reading.result())
+                    reading = None
+    finally:
+        if reading is not None:
+            reading.cancel()
+    return frames

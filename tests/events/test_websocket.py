@@ -8,7 +8,14 @@ from typing import Any
 import httpx
 from tornado.websocket import websocket_connect
 
-from tests.events.support import connect, events_url, read_frame, read_until, refused
+from tests.events.support import (
+    connect,
+    events_url,
+    read_frame,
+    read_until,
+    read_while,
+    refused,
+)
 from tests.support.server import ServerProcess, member_token
 
 
@@ -91,8 +98,8 @@ async def test_events_appended_while_connected_arrive_all_in_order_once(
     try:
         poster = asyncio.create_task(post_many())
         # Reading starts while the backlog is still being sent and appends keep coming.
-        frames = await read_until(
-            ws, lambda f: poster.done() and len(posted) == 25 and set(posted) <= _accepted(f))
+        frames = await read_while(ws, poster,
+                                  lambda f: len(posted) == 25 and set(posted) <= _accepted(f))
         await poster
     finally:
         ws.close()
