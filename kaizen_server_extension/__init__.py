@@ -16,8 +16,12 @@ def _jupyter_server_extension_points() -> list[dict[str, Any]]:
     # of the whole server's heap (≈ 0.1-0.2 s of CPU at start-up; bench/README.md,
     # extension_load). app.py freezes again once the extension has started.
     gc.freeze()
+    from kaizen_server_extension import preload
     from kaizen_server_extension.app import KaizenApp
 
+    # The store, runtime and routes load on a thread while the server loads the other
+    # extensions; KaizenApp waits for them before it builds anything (preload.py).
+    preload.start()
     return [{"module": "kaizen_server_extension", "app": KaizenApp}]
 
 

@@ -12,33 +12,36 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import pluggy
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
 from traitlets import Bool, Float, Int, List, Set, Unicode, default
 
+from kaizen_server_extension import preload
 from kaizen_server_extension.agents import (
     DEFAULT_AGENT_ID,
     AgentDefinition,
     AgentRegistrationError,
     collect_agents,
 )
-from kaizen_server_extension.context import KaizenContext
-from kaizen_server_extension.events import EventBus, PostgresLink
-from kaizen_server_extension.run_metrics import default_run_metrics
 from kaizen_server_extension.settings import (
     TRAITS,
     KaizenSettings,
     SettingsError,
     withheld_surfaces,
 )
-from kaizen_server_extension.store import Store, create_engine, run_blocking, upgrade
-from kaizen_server_extension.store.engine import is_sqlite
-from kaizen_server_extension.tools.registry import build_plugin_manager, collect_registrations
+
+# The store, the runtime and the routes are imported where they are used, not here: the
+# entry point imports this module, and preload.py loads those on a thread of their own
+# meanwhile (start-up, bench/README.md extension_load).
+if TYPE_CHECKING:
+    import pluggy
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from kaizen_server_extension.context import KaizenContext
+    from kaizen_server_extension.events import EventBus, PostgresLink
+    from kaizen_server_extension.store import Store
 
 
 @dataclass(frozen=True)
@@ -186,7 +189,13 @@ class KaizenApp(ExtensionApp):
     def initialize_settings(self) -> None:
         settings = self._effective_settings()
         self._configure_kaizen_logs(settings)
+        preload.wait()
         from kaizen_kernel.provisioner import find_bwrap
+        from kaizen_server_extension.events import EventBus, PostgresLink
+        from kaizen_server_extension.run_metrics import default_run_metrics
+        from kaizen_server_extension.store import Store, create_engine, run_blocking
+        from kaizen_server_extension.store.engine import is_sqlite
+        from kaizen_server_extension.tools.registry import collect_registrations
 
         if settings.KAIZEN_SANDBOX_JAIL == "required" and find_bwrap() is None:
             self._refuse_to_start("Invalid setting KAIZEN_SANDBOX_JAIL: 'required' but "
@@ -267,6 +276,8 @@ class KaizenApp(ExtensionApp):
     def _load_plugins(self, settings: KaizenSettings) -> LoadedPlugins:
         """First-party plugins, the ``kaizen`` entry points and ``KAIZEN_PLUGINS``, through
         one pluggy manager; a bad plugin stops start-up naming it."""
+        from kaizen_server_extension.tools.registry import build_plugin_manager
+
         extra: list[tuple[str, object]] = []
         for name in settings.KAIZEN_PLUGINS:
             try:
@@ -291,6 +302,7 @@ class KaizenApp(ExtensionApp):
                       plugins: LoadedPlugins,
                       events_link: PostgresLink | None) -> KaizenContext:
         """Tool registry, guarded pipeline, model gateway and the room lanes."""
+        from kaizen_server_extension.context import KaizenContext
         from kaizen_server_extension.host.delegation import DelegationLimits
         from kaizen_server_extension.host.task_tools import TaskTools
         from kaizen_server_extension.host.tool_backend import PipelineToolBackend
@@ -298,7 +310,11 @@ class KaizenApp(ExtensionApp):
         from kaizen_server_extension.lanes.service import LaneConfig, LaneService
         from kaizen_server_extension.policy.guardrails import GuardrailChain
         from kaizen_server_extension.store.tasks import TaskStore
-        from kaizen_server_extension.tools.registry import ToolRegistrationError, ToolRegistry
+        from kaizen_server_extension.tools.registry import (
+            ToolRegistrationError,
+            ToolRegistry,
+            collect_registrations,
+        )
 
         try:
             registry = ToolRegistry.from_plugin_manager(
@@ -432,6 +448,7 @@ class KaizenApp(ExtensionApp):
             ProviderSettings,
             create_gateway,
         )
+        from kaizen_server_extension.tools.registry import collect_registrations
 
         try:
             providers = ModelProviderRegistry.from_registrations(
@@ -489,6 +506,7 @@ class KaizenApp(ExtensionApp):
         from kaizen_server_extension.host.tool_backend import BridgeBinding
         from kaizen_server_extension.logs import log_context
         from kaizen_server_extension.protocol.errors import MemberSafeError
+        from kaizen_server_extension.run_metrics import default_run_metrics
 
         settings = self.kaizen.settings
         # Kernels on another host (a gateway) reach the bridge at the URL the operator gives.
@@ -578,6 +596,8 @@ class KaizenApp(ExtensionApp):
         await self.kaizen.lanes.start()
         self.kaizen.scheduler.start()
         self._warm_model()
+        from kaizen_server_extension.run_metrics import default_run_metrics
+
         default_run_metrics().start_sampler(
             self.kaizen.store, self.kaizen.settings.KAIZEN_METRICS_INTERVAL_SECONDS)
         try:
@@ -617,6 +637,8 @@ class KaizenApp(ExtensionApp):
             self._stack_probe.cancel()
         if self._run_code is not None:
             await self._run_code.close()
+        from kaizen_server_extension.run_metrics import default_run_metrics
+
         await default_run_metrics().stop_sampler()
         await self.kaizen.scheduler.stop()
         await self.kaizen.lanes.stop()
@@ -642,6 +664,8 @@ async def bootstrap(url: str, schema: str | None,
 
     Replicas starting together on one PostgreSQL take turns: a session advisory lock, keyed
     by schema, is held for the whole bootstrap."""
+    from kaizen_server_extension.store import create_engine
+
     engine = create_engine(url, schema=schema)
     try:
         async with bootstrap_lock(engine, schema):
@@ -652,6 +676,10 @@ async def bootstrap(url: str, schema: str | None,
 
 @asynccontextmanager
 async def bootstrap_lock(engine: AsyncEngine, schema: str | None) -> AsyncIterator[None]:
+    from sqlalchemy import text
+
+    from kaizen_server_extension.store.engine import is_sqlite
+
     if is_sqlite(engine.url.render_as_string(hide_password=False)):
         yield  # SQLite's own write lock already serializes the migration
         return
@@ -669,6 +697,8 @@ async def bootstrap_lock(engine: AsyncEngine, schema: str | None) -> AsyncIterat
 
 async def _migrate_and_seed(engine: AsyncEngine, schema: str | None,
                             agents: tuple[AgentDefinition, ...]) -> None:
+    from kaizen_server_extension.store import Store, upgrade
+
     await upgrade(engine, schema)
     store = Store(engine)
     for agent in agents:

@@ -45,6 +45,41 @@ def test_the_entry_module_loads_no_heavy_library() -> None:
     assert "kaizen_hashline" not in loaded
 
 
+def test_the_store_and_runtime_load_on_the_preload_thread_not_with_the_entry_module() -> None:
+    """The server's thread imports app.py alone; the store, runtime and routes load on
+    preload.py's thread while the server loads the other extensions, and are all there once
+    ``preload.wait()`` returns (what ``KaizenApp.initialize_settings`` does first)."""
+    loaded = _loaded_after("import kaizen_server_extension.app")
+    assert "sqlalchemy" not in loaded
+    assert sorted(m for m in loaded if m.startswith("kaizen_server_extension.store")) == []
+    out = subprocess.run([sys.executable, "-c", """
+import json, sys, threading
+import kaizen_server_extension as k
+k._jupyter_server_extension_points()
+from kaizen_server_extension import preload
+names = [t.name for t in threading.enumerate()]
+preload.wait()
+print(json.dumps({"thread": "kaizen-preload" in names,
+                  "missing": [m for m in preload.HEAVY_MODULES if m not in sys.modules]}))
+"""], check=True, capture_output=True, text=True, timeout=120).stdout
+    assert json.loads(out.splitlines()[-1]) == {"thread": True, "missing": []}
+
+
+def test_a_module_the_preload_thread_cannot_import_is_reported_by_the_servers_thread() -> None:
+    """The thread drops its failure; the import on the server's thread raises the real one."""
+    out = subprocess.run([sys.executable, "-c", """
+from kaizen_server_extension import preload
+preload.HEAVY_MODULES = ("kaizen_server_extension.no_such_module",)
+preload.start()
+preload.wait()
+try:
+    import kaizen_server_extension.no_such_module
+except ModuleNotFoundError as exc:
+    print(exc.name)
+"""], check=True, capture_output=True, text=True, timeout=120).stdout
+    assert out.split() == ["kaizen_server_extension.no_such_module"]
+
+
 def test_registering_the_built_in_tools_loads_no_heavy_library() -> None:
     loaded = _loaded_after(
         "from kaizen_server_extension.tools.registry import ToolRegistry, build_plugin_manager\n"
