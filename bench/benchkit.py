@@ -112,27 +112,36 @@ def percentile(samples_ns: Iterable[int], q: float) -> float:
 
 
 def process_cpu_s(pid: int) -> float:
-    """A process's CPU time so far (all its live threads), from /proc; 0 elsewhere.
+    """A process's CPU time so far, threads that ended included, from /proc; 0 elsewhere.
 
-    The scheduler's own nanosecond count per thread (``task/*/schedstat``), not
-    ``/proc/PID/stat``'s user + system, which moves in clock ticks (10 ms): a per-step figure
-    of a few milliseconds needs the finer clock. Falls back to ticks where schedstat is off."""
-    total_ns = 0
+    The scheduler's own nanosecond count per live thread (``task/*/schedstat``), not
+    ``/proc/PID/stat``'s user + system alone, which moves in clock ticks (10 ms): a per-step
+    figure of a few milliseconds needs the finer clock. Threads that ended (a start-up
+    thread, say) are only in the process's tick count: what it holds beyond the live
+    threads' ticks is added. Falls back to ticks where schedstat is off."""
+    tick = os.sysconf("SC_CLK_TCK")
+    live_ns = live_ticks = 0
     try:
-        for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        for task in Path(f"/proc/{pid}/task").iterdir():
             try:
-                total_ns += int(stat.read_text().split()[0])
+                ns = int((task / "schedstat").read_text().split()[0])
+                ticks = _ticks((task / "stat").read_text())
             except (OSError, ValueError, IndexError):
                 continue  # a thread that ended meanwhile
-    except OSError:
+            live_ns += ns
+            live_ticks += ticks
+        group_ticks = _ticks(Path(f"/proc/{pid}/stat").read_text())
+    except (OSError, ValueError, IndexError):
         return 0.0
-    if total_ns:
-        return total_ns / 1e9
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    if not live_ns:
+        return group_ticks / tick
+    return live_ns / 1e9 + max(0, group_ticks - live_ticks) / tick
+
+
+def _ticks(stat: str) -> int:
+    """user + system clock ticks of a ``/proc/.../stat`` line."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
 
 
 def us(value: float) -> float:
