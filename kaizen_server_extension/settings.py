@@ -281,6 +281,13 @@ class KaizenSettings(BaseModel):
     KAIZEN_OPENAPI_EGRESS_PORTS: tuple[int, ...] = (443,)
     #: A PEM bundle of extra certificate authorities trusted for sources (besides the system's).
     KAIZEN_OPENAPI_CA_FILE: str = ""
+    #: The signed egress policy (R-379): a file written by ``python -m
+    #: kaizen_server_extension.tools.egress_sign sign``, re-read when it changes. Without a
+    #: valid one in force, every schema fetch and operation call is refused.
+    KAIZEN_OPENAPI_EGRESS_POLICY_FILE: str = ""
+    #: The Ed25519 public key (URL-safe base64) the policy must be signed with; the signing
+    #: key stays off the server.
+    KAIZEN_OPENAPI_EGRESS_POLICY_KEY: str = ""
     #: Seconds a fetched schema is fresh; after that it is revalidated with its ETag (R-327).
     KAIZEN_OPENAPI_SCHEMA_FRESH_SECONDS: Annotated[float, Field(ge=0, le=3600)] = 60.0
     #: Seconds past freshness a schema may still serve when its source cannot be reached or
@@ -404,6 +411,15 @@ class KaizenSettings(BaseModel):
             except ValueError:
                 raise ValueError(f"{network[:100]!r} is not a network (CIDR)") from None
         return networks
+
+    @field_validator("KAIZEN_OPENAPI_EGRESS_POLICY_KEY")
+    @classmethod
+    def _policy_key(cls, key: str) -> str:
+        if key.strip():
+            from kaizen_server_extension.tools.egress_policy import parse_public_key
+
+            parse_public_key(key)
+        return key.strip()
 
     @field_validator("KAIZEN_OPENAPI_EGRESS_PORTS")
     @classmethod

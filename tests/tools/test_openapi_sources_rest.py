@@ -25,6 +25,7 @@ from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from tests.conftest import BACKENDS, served_by, with_server_store
 from tests.lanes.test_turns import _events, _pending_approval, _send, _settled
+from tests.support.egress_policy import policy_env
 from tests.support.openapi_agent_plugin import OPENAPI_AGENT
 from tests.support.openapi_server import (
     OpenApiService,
@@ -74,6 +75,8 @@ def world(request: pytest.FixtureRequest,
                 "KAIZEN_OPENAPI_EGRESS_NETWORKS": "127.0.0.1/32",
                 "KAIZEN_OPENAPI_EGRESS_PORTS": f"{service.port},{elsewhere.port}",
                 "KAIZEN_OPENAPI_CA_FILE": str(service.ca_file),
+                # The deployment's signed egress policy names the local services.
+                **policy_env(root, [service.origin, elsewhere.origin]),
                 # Every discovery revalidates (ETag), and a failing source may stand in stale.
                 "KAIZEN_OPENAPI_SCHEMA_FRESH_SECONDS": "0",
                 "KAIZEN_OPENAPI_SCHEMA_STALE_SECONDS": "600"}) as proc:
