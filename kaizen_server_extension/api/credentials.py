@@ -138,7 +138,9 @@ def _page(title: str, body: str) -> str:
             f"<body><main>{body}</main></body></html>")
 
 
-_FIELD_LABELS = {"value": "Credential", "username": "User name", "password": "Password"}
+_FIELD_LABELS = {"value": "Credential", "username": "User name", "password": "Password",
+                 "certificate": "Client certificate (PEM)",
+                 "private_key": "Private key (PEM)"}
 
 
 class CredentialFormPage(JupyterHandler):

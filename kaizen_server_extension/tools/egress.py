@@ -51,6 +51,11 @@ import httpx
 
 from kaizen_server_extension._version import __version__
 from kaizen_server_extension.protocol.errors import MemberSafeError
+from kaizen_server_extension.tools.mtls import (
+    CarriesClientCertificate,
+    ClientCertificate,
+    load_client_certificate,
+)
 
 if TYPE_CHECKING:
     from kaizen_server_extension.tools.egress_policy import EgressCeiling, SignedEgressPolicy
@@ -85,7 +90,9 @@ class EgressFailed(Exception):
 
 
 class RequestCredential(Protocol):
-    """What a resolved credential adds to one outgoing request (the seam of issue 19, item 3)."""
+    """What a resolved credential adds to one outgoing request (the seam of issue 19, item 3).
+    One that also has ``client_certificate()`` (``tools/mtls.py``) presents a client
+    certificate on that request's own TLS connection."""
 
     def apply(self, headers: MutableMapping[str, str]) -> None: ...
 
@@ -259,6 +266,15 @@ class Egress:
             closing.add_done_callback(self._closing.discard)
         return client
 
+    def _certificate_client(self, material: ClientCertificate) -> httpx.AsyncClient:
+        context = self._ssl_context(self._policy.ca_file)
+        load_client_certificate(context, material)
+        jar = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+        return httpx.AsyncClient(
+            verify=context, follow_redirects=False, trust_env=False,
+            cookies=httpx.Cookies(jar), timeout=httpx.Timeout(self._policy.timeout_s),
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=0))
+
     async def send(self, origin: Origin, request: OutgoingRequest, *, max_bytes: int,
                    credential: RequestCredential | None = None) -> EgressResponse:
         """Send ``request`` to ``origin`` and read at most ``max_bytes`` of its body.
@@ -290,24 +306,39 @@ class Egress:
             headers["Content-Type"] = "application/json"
         if credential is not None:
             credential.apply(headers)
-        client = self._client(origin, address)
-        built = client.build_request(request.method, url, headers=headers, content=content,
-                                     extensions={"sni_hostname": origin.host})
-        # httpx adds its own defaults (Accept-Encoding, Connection): none identifies anyone.
+        material = credential.client_certificate() \
+            if isinstance(credential, CarriesClientCertificate) else None
+        if material is None:
+            client, own = self._client(origin, address), False
+        else:
+            # A client certificate is this request's own: a fresh TLS context and client,
+            # never pooled, so no later request rides on its connection (R-392).
+            client, own = self._certificate_client(material), True
         try:
-            response = await client.send(built, stream=True)
-        except httpx.ConnectError:
-            raise EgressFailed("connect", sent=False) from None
-        except httpx.ConnectTimeout:
-            raise EgressFailed("connect_timeout", sent=False) from None
-        except httpx.HTTPError as exc:
-            raise EgressFailed(type(exc).__name__, sent=True) from None
-        try:
-            body, truncated = await _bounded_body(response, max_bytes)
-        except httpx.HTTPError as exc:
-            raise EgressFailed(type(exc).__name__, sent=True) from None
+            built = client.build_request(request.method, url, headers=headers,
+                                         content=content,
+                                         extensions={"sni_hostname": origin.host})
+            # httpx adds its own defaults (Accept-Encoding, Connection): none identifies
+            # anyone.
+            try:
+                response = await client.send(built, stream=True)
+            except httpx.ConnectError:
+                raise EgressFailed("connect", sent=False) from None
+            except httpx.ConnectTimeout:
+                raise EgressFailed("connect_timeout", sent=False) from None
+            except (httpx.HTTPError, OSError) as exc:
+                # OSError: a TLS alert after the handshake (a server refusing the client's
+                # certificate under TLS 1.3) reaches us unwrapped; the request may have gone.
+                raise EgressFailed(type(exc).__name__, sent=True) from None
+            try:
+                body, truncated = await _bounded_body(response, max_bytes)
+            except (httpx.HTTPError, OSError) as exc:
+                raise EgressFailed(type(exc).__name__, sent=True) from None
+            finally:
+                await response.aclose()
         finally:
-            await response.aclose()
+            if own:
+                await client.aclose()
         return EgressResponse(
             status=response.status_code,
             content_type=response.headers.get("content-type", "")[:200],
