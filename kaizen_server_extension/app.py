@@ -390,7 +390,8 @@ class KaizenApp(ExtensionApp):
                                   "is not installed: pip install 'kaizen-jupyter[mcp]'")
         servers = [McpServer(id=s.id, transport=s.transport, command=s.command,
                              args=s.args, url=s.url, enabled=s.enabled,
-                             timeout_s=s.timeout_s, agents=s.agents)
+                             timeout_s=s.timeout_s, agents=s.agents,
+                             credential_destination=s.credential_destination)
                    for s in settings.KAIZEN_MCP_SERVERS]
         return McpSources(servers, stdio_commands=settings.KAIZEN_MCP_STDIO_COMMANDS)
 

@@ -119,6 +119,9 @@ class McpServerModel(BaseModel):
     timeout_s: Annotated[float, Field(ge=1, le=240)] = 30.0
     agents: Annotated[tuple[Annotated[str, Field(max_length=64)], ...],
                       Field(max_length=64)] = ()
+    #: An http server's calls carry the member's credential for this destination of
+    #: ``KAIZEN_CREDENTIAL_DESTINATIONS`` (docs/mcp.md, "Credentials"); empty: none.
+    credential_destination: Annotated[str, Field(pattern=r"^([a-z][a-z0-9-]{0,31})?$")] = ""
 
     @field_validator("url")
     @classmethod
@@ -143,6 +146,9 @@ class McpServerModel(BaseModel):
         if self.transport == "http" and (not self.url or self.command or self.args):
             raise ValueError(f"MCP server {self.id!r}: an http server names a url and no "
                              "command")
+        if self.credential_destination and self.transport != "http":
+            raise ValueError(f"MCP server {self.id!r}: only an http server takes a "
+                             "credential_destination")
 
 
 #: At most this many static credential destinations (docs/credentials.md).
@@ -374,6 +380,38 @@ class KaizenSettings(BaseModel):
                 "KAIZEN_CREDENTIALS_ENABLED is on but KAIZEN_CREDENTIAL_KEY is not set: "
                 "generate one with `python -m kaizen_server_extension.credentials.keygen` "
                 "and give every replica the same value")
+        return self
+
+    @model_validator(mode="after")
+    def _mcp_credentials_bound(self) -> KaizenSettings:
+        """An MCP server bound to a credential destination needs the quarantine on and a
+        destination on its own URL's origin (the broker sends nowhere else)."""
+        from kaizen_server_extension.credentials.destinations import (
+            DestinationInvalid,
+            origin_of,
+            origin_of_url,
+        )
+
+        destinations = {d.id: d for d in self.KAIZEN_CREDENTIAL_DESTINATIONS}
+        for server in self.KAIZEN_MCP_SERVERS:
+            if not server.credential_destination:
+                continue
+            named = f"KAIZEN_MCP_SERVERS: server {server.id!r}"
+            if not self.KAIZEN_CREDENTIALS_ENABLED:
+                raise ValueError(f"{named} takes credentials but KAIZEN_CREDENTIALS_ENABLED "
+                                 "is off")
+            destination = destinations.get(server.credential_destination)
+            if destination is None:
+                raise ValueError(f"{named} names credential destination "
+                                 f"{server.credential_destination!r}, which "
+                                 "KAIZEN_CREDENTIAL_DESTINATIONS does not declare")
+            try:
+                same = origin_of(destination.origin) == origin_of_url(server.url)
+            except DestinationInvalid as exc:
+                raise ValueError(f"{named}: {exc}") from None
+            if not same:
+                raise ValueError(f"{named} is not on the origin of credential destination "
+                                 f"{destination.id!r}")
         return self
 
     @field_validator("KAIZEN_MCP_STDIO_COMMANDS")
