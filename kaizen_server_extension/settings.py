@@ -68,6 +68,21 @@ TRAITS: Mapping[str, str] = {
 SETTING_TRAITS: Mapping[str, str] = {setting: trait for trait, setting in TRAITS.items()}
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of ``url``, default ports spelled out; the parts a credential
+    destination's origin and a server URL are compared by."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return ("", "", None)
+    scheme = parts.scheme.lower()
+    return (scheme, (parts.hostname or "").lower(),
+            port or {"https": 443, "http": 80}.get(scheme))
+
+
 class SettingsError(ValueError):
     """A setting is out of bounds; the message names it and is safe to print."""
 
@@ -386,12 +401,6 @@ class KaizenSettings(BaseModel):
     def _mcp_credentials_bound(self) -> KaizenSettings:
         """An MCP server bound to a credential destination needs the quarantine on and a
         destination on its own URL's origin (the broker sends nowhere else)."""
-        from kaizen_server_extension.credentials.destinations import (
-            DestinationInvalid,
-            origin_of,
-            origin_of_url,
-        )
-
         destinations = {d.id: d for d in self.KAIZEN_CREDENTIAL_DESTINATIONS}
         for server in self.KAIZEN_MCP_SERVERS:
             if not server.credential_destination:
@@ -405,11 +414,7 @@ class KaizenSettings(BaseModel):
                 raise ValueError(f"{named} names credential destination "
                                  f"{server.credential_destination!r}, which "
                                  "KAIZEN_CREDENTIAL_DESTINATIONS does not declare")
-            try:
-                same = origin_of(destination.origin) == origin_of_url(server.url)
-            except DestinationInvalid as exc:
-                raise ValueError(f"{named}: {exc}") from None
-            if not same:
+            if _origin(destination.origin) != _origin(server.url):
                 raise ValueError(f"{named} is not on the origin of credential destination "
                                  f"{destination.id!r}")
         return self
@@ -453,11 +458,20 @@ class KaizenSettings(BaseModel):
     @field_validator("KAIZEN_OPENAPI_EGRESS_POLICY_KEY")
     @classmethod
     def _policy_key(cls, key: str) -> str:
-        if key.strip():
-            from kaizen_server_extension.tools.egress_policy import parse_public_key
+        # An Ed25519 public key: 32 bytes, URL-safe base64 (tools/egress_policy.py).
+        raw = key.strip()
+        if raw:
+            import base64
+            import binascii
 
-            parse_public_key(key)
-        return key.strip()
+            try:
+                decoded = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4))
+            except (binascii.Error, ValueError):
+                raise ValueError("is not URL-safe base64") from None
+            if len(decoded) != 32:
+                raise ValueError(f"must decode to 32 bytes (an Ed25519 public key), not "
+                                 f"{len(decoded)}")
+        return raw
 
     @field_validator("KAIZEN_OPENAPI_EGRESS_PORTS")
     @classmethod

@@ -129,18 +129,6 @@ def origin_of(url: str, *, allow_loopback_http: bool = True) -> str:
     return f"{scheme}://{shown_host}" + (f":{port}" if port and port != default else "")
 
 
-def origin_of_url(url: str) -> str:
-    """The canonical origin of a URL that may have a path (an MCP server's endpoint), by the
-    rules of :func:`origin_of`; user information, a query or a fragment are refused."""
-    try:
-        parts = urlsplit(url.strip())
-    except ValueError:
-        raise DestinationInvalid("the URL is not valid") from None
-    if parts.query or parts.fragment:
-        raise DestinationInvalid("the URL may not have a query or fragment")
-    return origin_of(f"{parts.scheme}://{parts.netloc}")
-
-
 def make_scheme(kind: str, name: str = "") -> Scheme:
     if kind not in SCHEME_KINDS:
         raise DestinationInvalid(f"unknown scheme kind {kind[:20]!r}")

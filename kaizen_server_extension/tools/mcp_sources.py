@@ -44,13 +44,18 @@ import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from kaizen_server_extension.protocol.errors import MemberSafeError
 from kaizen_server_extension.protocol.tools import Capability, WriteCategory
 from kaizen_server_extension.tools.egress import RequestCredential
-from kaizen_server_extension.tools.ports import CREDENTIAL_HANDLE_ARGUMENT
+from kaizen_server_extension.tools.openapi_sources import with_credential_ref
+from kaizen_server_extension.tools.ports import (
+    CREDENTIAL_DESTINATION_KEY,
+    CREDENTIAL_HANDLE_ARGUMENT,
+)
 from kaizen_server_extension.tools.types import (
     MAX_TIMEOUT_S,
     Discovered,
@@ -118,10 +123,14 @@ def server_selector(server_id: str) -> str:
 
 
 def server_origin(server: McpServer) -> str:
-    """The origin of an HTTP server's URL, as credential destinations spell it."""
-    from kaizen_server_extension.credentials.destinations import origin_of_url
-
-    return origin_of_url(server.url)
+    """The origin of an HTTP server's URL as credential destinations spell it
+    (``scheme://host[:port]``, lower case, a default port left out)."""
+    parts = urlsplit(server.url)
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    shown = f"[{host}]" if ":" in host else host
+    port = parts.port
+    default = {"https": 443, "http": 80}.get(scheme)
+    return f"{scheme}://{shown}" + (f":{port}" if port and port != default else "")
 
 
 def tool_name(server_id: str, remote: str) -> str | None:
@@ -291,9 +300,10 @@ class McpSources:
             if server.credential_destination:
                 if not isinstance(descriptor.input_schema.get("properties", {}), Mapping):
                     continue  # the catalog would refuse it anyway
-                from kaizen_server_extension.credentials.service import credential_backed
-
-                registered = credential_backed(registered, server.credential_destination)
+                registered = replace(registered, descriptor=replace(
+                    descriptor, input_schema=with_credential_ref(descriptor.input_schema),
+                    extra={**descriptor.extra,
+                           CREDENTIAL_DESTINATION_KEY: server.credential_destination}))
             tools.append(registered)
         if len(listed) > MAX_TOOLS_PER_SERVER:
             log.warning("MCP server %s lists %d tools; the first %d are used", server.id,
