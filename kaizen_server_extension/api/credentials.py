@@ -182,7 +182,8 @@ class CredentialFormPage(JupyterHandler):
     @web.authenticated
     async def post(self, token: str) -> None:
         fields = {name: self.get_body_argument(name, "", strip=False)
-                  for name in ("value", "username", "password")}
+                  for name in ("value", "username", "password", "certificate",
+                               "private_key")}
         remember = self.get_body_argument("remember", "") == "yes"
         try:
             submitted = await _service(self.kaizen).forms.submit(

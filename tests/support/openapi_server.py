@@ -124,6 +124,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, {"x_key": self.headers.get("X-Key"),
                              "authorization": self.headers.get("Authorization")})
             return
+        if path == "/api/peer":
+            # The client certificate the connection came with (mutual TLS), by common name.
+            self._json(200, {"peer": _peer_name(self.connection) or None})
+            return
         if path == "/api/headers":
             self._json(200, {"seen": sorted(self.headers.keys())})
             return
@@ -165,9 +169,11 @@ class OpenApiService:
     """``with OpenApiService(tmp) as service: service.origin`` — see the module docstring."""
 
     def __init__(self, directory: Path, ca: trustme.CA | None = None, *,
-                 client_ca: trustme.CA | None = None) -> None:
+                 client_ca: trustme.CA | None = None, client_cert_optional: bool = False,
+                 ) -> None:
         """``client_ca``: require a client certificate it issued on every connection (mutual
-        TLS); a connection without one fails its handshake."""
+        TLS); a connection without one fails its handshake. With ``client_cert_optional`` a
+        connection may come without one (``Received.peer`` is then empty)."""
         self.ca = ca or trustme.CA()
         self.ca_file = directory / "openapi-ca.pem"
         self.ca.cert_pem.write_to_path(str(self.ca_file))
@@ -177,7 +183,8 @@ class OpenApiService:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.ca.issue_cert("127.0.0.1", "localhost").configure_cert(context)
         if client_ca is not None:
-            context.verify_mode = ssl.CERT_REQUIRED
+            context.verify_mode = ssl.CERT_OPTIONAL if client_cert_optional \
+                else ssl.CERT_REQUIRED
             client_ca.configure_trust(context)
         self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         self.port = int(self._server.server_address[1])
