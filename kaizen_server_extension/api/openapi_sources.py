@@ -136,8 +136,8 @@ _ERROR_TEXT = {
     502: "The document could not be fetched or is not a usable OpenAPI document "
          "(openapi_schema_unavailable, schema_too_large, not_openapi, schema_unreadable), or "
          "the signed egress policy refused the fetch (egress_policy_missing, "
-         "egress_policy_invalid, egress_policy_expired, egress_origin_not_in_policy, "
-         "egress_address_refused)",
+         "egress_policy_invalid, egress_policy_not_yet_valid, egress_policy_expired, "
+         "egress_origin_not_in_policy, egress_address_refused)",
 }
 
 

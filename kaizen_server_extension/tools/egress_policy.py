@@ -163,7 +163,8 @@ def sign_policy(document: Mapping[str, Any], key: Ed25519PrivateKey) -> str:
 def open_policy(token: str, key: Ed25519PublicKey, *, now: float) -> SignedEgressPolicy:
     """The policy ``token`` carries once its signature verifies and it is in force at
     ``now``; :class:`PolicyRejected` ``egress_policy_invalid`` (tampered, malformed, another
-    purpose or version) or ``egress_policy_expired`` otherwise."""
+    purpose or version), ``egress_policy_not_yet_valid`` (issued in the future, beyond clock
+    skew) or ``egress_policy_expired`` otherwise."""
     token = token.strip()
     if len(token) > MAX_POLICY_BYTES or token.count(".") != 1:
         raise PolicyRejected("egress_policy_invalid")
@@ -179,7 +180,7 @@ def open_policy(token: str, key: Ed25519PublicKey, *, now: float) -> SignedEgres
         raise PolicyRejected("egress_policy_invalid") from None
     policy = _parsed(document)
     if policy.issued_at > now + CLOCK_SKEW_S:
-        raise PolicyRejected("egress_policy_invalid")
+        raise PolicyRejected("egress_policy_not_yet_valid")
     if now >= policy.expires_at:
         raise PolicyRejected("egress_policy_expired")
     return policy
@@ -214,6 +215,9 @@ _REFUSALS = {
                              "valid one.",
     "egress_policy_expired": "External sources cannot be reached: this server's egress "
                              "policy has expired. An administrator must renew it.",
+    "egress_policy_not_yet_valid": "External sources cannot be reached: this server's "
+                                   "egress policy is not valid yet (its issue time is "
+                                   "ahead of this server's clock).",
 }
 
 
@@ -265,7 +269,9 @@ class EgressCeiling:
             return _Loaded((0, 0, 0), None, "egress_policy_missing")
         stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
         with self._lock:
-            if self._loaded is not None and self._loaded.stamp == stamp:
+            # A policy not valid yet is read again: the clock, not the file, may change.
+            if self._loaded is not None and self._loaded.stamp == stamp \
+                    and self._loaded.code != "egress_policy_not_yet_valid":
                 return self._loaded
             self._loaded = self._read(stamp)
             return self._loaded

@@ -196,6 +196,18 @@ async def test_a_renewed_policy_takes_effect_without_a_restart(
 
 
 @pytest.mark.rule("R-379")
+async def test_a_policy_issued_ahead_of_the_clock_is_refused_until_the_clock_catches_up(
+        service: OpenApiService, tmp_path: Path) -> None:
+    signer = PolicySigner()
+    path = signer.write(tmp_path / "policy", [service.origin], issued_at=50_000)
+    clock = Clock(40_000)
+    ceiling = signer.ceiling(path, clock)
+    assert (await _refused(service, ceiling)).code == "egress_policy_not_yet_valid"
+    clock.now = 50_001  # the same file, read again once the clock has caught up
+    assert ceiling.current().allows_origin(Origin.of(service.origin))
+
+
+@pytest.mark.rule("R-379")
 @pytest.mark.parametrize("origin", ["https://api.example.com/v1", "http://api.example.com",
                                     "https://user@api.example.com", "https://a.example?x=1"])
 def test_a_policy_lists_bare_https_origins_only(origin: str) -> None:
@@ -208,8 +220,9 @@ def test_a_policy_issued_in_the_future_or_for_too_long_is_refused() -> None:
     signer = PolicySigner()
     key = signer.key.public_key()
     future = signer.token(["https://api.example.com"], issued_at=10_000)
-    with pytest.raises(PolicyRejected):
+    with pytest.raises(PolicyRejected) as early:
         open_policy(future, key, now=1_000)
+    assert early.value.code == "egress_policy_not_yet_valid"
     endless = sign_policy(policy_document(["https://api.example.com"], [], issued_at=0,
                                           expires_at=10 * 366 * 86400), signer.key)
     with pytest.raises(PolicyRejected):
