@@ -406,7 +406,8 @@ class KaizenApp(ExtensionApp):
                                   "is not installed: pip install 'kaizen-jupyter[mcp]'")
         servers = [McpServer(id=s.id, transport=s.transport, command=s.command,
                              args=s.args, url=s.url, enabled=s.enabled,
-                             timeout_s=s.timeout_s, agents=s.agents)
+                             timeout_s=s.timeout_s, agents=s.agents,
+                             credential_destination=s.credential_destination)
                    for s in settings.KAIZEN_MCP_SERVERS]
         return McpSources(servers, stdio_commands=settings.KAIZEN_MCP_STDIO_COMMANDS)
 
@@ -414,7 +415,8 @@ class KaizenApp(ExtensionApp):
         """The members' external OpenAPI sources behind the egress policy
         (docs/openapi-sources.md); built only with KAIZEN_OPENAPI_SOURCES_ENABLED on."""
         from kaizen_server_extension.store.openapi_sources import OpenApiSourceStore
-        from kaizen_server_extension.tools.egress import Egress, EgressPolicy
+        from kaizen_server_extension.tools.egress import Egress, EgressPolicy, EgressRefused
+        from kaizen_server_extension.tools.egress_policy import EgressCeiling, parse_public_key
         from kaizen_server_extension.tools.openapi_schema_cache import SchemaCache
         from kaizen_server_extension.tools.openapi_sources import OpenApiSources
 
@@ -422,8 +424,19 @@ class KaizenApp(ExtensionApp):
                                     settings.KAIZEN_OPENAPI_EGRESS_PORTS,
                                     ca_file=settings.KAIZEN_OPENAPI_CA_FILE,
                                     timeout_s=settings.KAIZEN_OPENAPI_TIMEOUT_SECONDS)
+        key_text = settings.KAIZEN_OPENAPI_EGRESS_POLICY_KEY
+        ceiling = EgressCeiling(settings.KAIZEN_OPENAPI_EGRESS_POLICY_FILE,
+                                parse_public_key(key_text) if key_text else None)
         try:
-            egress = Egress(policy)
+            ceiling.current()
+        except EgressRefused as refused:
+            # Not fatal: the ceiling fails closed, and a policy installed later is read then.
+            self.log.warning("External OpenAPI sources are enabled but every request to them "
+                             "is refused until a valid signed egress policy is installed "
+                             "(KAIZEN_OPENAPI_EGRESS_POLICY_FILE, "
+                             "KAIZEN_OPENAPI_EGRESS_POLICY_KEY): %s", refused.code)
+        try:
+            egress = Egress(policy, ceiling)
         except (OSError, ValueError) as exc:
             self._refuse_to_start(f"KAIZEN_OPENAPI_CA_FILE cannot be read: {exc}")
         self._egress = egress

@@ -68,6 +68,21 @@ TRAITS: Mapping[str, str] = {
 SETTING_TRAITS: Mapping[str, str] = {setting: trait for trait, setting in TRAITS.items()}
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of ``url``, default ports spelled out; the parts a credential
+    destination's origin and a server URL are compared by."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return ("", "", None)
+    scheme = parts.scheme.lower()
+    return (scheme, (parts.hostname or "").lower(),
+            port or {"https": 443, "http": 80}.get(scheme))
+
+
 class SettingsError(ValueError):
     """A setting is out of bounds; the message names it and is safe to print."""
 
@@ -119,6 +134,9 @@ class McpServerModel(BaseModel):
     timeout_s: Annotated[float, Field(ge=1, le=240)] = 30.0
     agents: Annotated[tuple[Annotated[str, Field(max_length=64)], ...],
                       Field(max_length=64)] = ()
+    #: An http server's calls carry the member's credential for this destination of
+    #: ``KAIZEN_CREDENTIAL_DESTINATIONS`` (docs/mcp.md, "Credentials"); empty: none.
+    credential_destination: Annotated[str, Field(pattern=r"^([a-z][a-z0-9-]{0,31})?$")] = ""
 
     @field_validator("url")
     @classmethod
@@ -143,6 +161,9 @@ class McpServerModel(BaseModel):
         if self.transport == "http" and (not self.url or self.command or self.args):
             raise ValueError(f"MCP server {self.id!r}: an http server names a url and no "
                              "command")
+        if self.credential_destination and self.transport != "http":
+            raise ValueError(f"MCP server {self.id!r}: only an http server takes a "
+                             "credential_destination")
 
 
 #: At most this many static credential destinations (docs/credentials.md).
@@ -281,6 +302,13 @@ class KaizenSettings(BaseModel):
     KAIZEN_OPENAPI_EGRESS_PORTS: tuple[int, ...] = (443,)
     #: A PEM bundle of extra certificate authorities trusted for sources (besides the system's).
     KAIZEN_OPENAPI_CA_FILE: str = ""
+    #: The signed egress policy (R-379): a file written by ``python -m
+    #: kaizen_server_extension.tools.egress_sign sign``, re-read when it changes. Without a
+    #: valid one in force, every schema fetch and operation call is refused.
+    KAIZEN_OPENAPI_EGRESS_POLICY_FILE: str = ""
+    #: The Ed25519 public key (URL-safe base64) the policy must be signed with; the signing
+    #: key stays off the server.
+    KAIZEN_OPENAPI_EGRESS_POLICY_KEY: str = ""
     #: Seconds a fetched schema is fresh; after that it is revalidated with its ETag (R-327).
     KAIZEN_OPENAPI_SCHEMA_FRESH_SECONDS: Annotated[float, Field(ge=0, le=3600)] = 60.0
     #: Seconds past freshness a schema may still serve when its source cannot be reached or
@@ -369,6 +397,28 @@ class KaizenSettings(BaseModel):
                 "and give every replica the same value")
         return self
 
+    @model_validator(mode="after")
+    def _mcp_credentials_bound(self) -> KaizenSettings:
+        """An MCP server bound to a credential destination needs the quarantine on and a
+        destination on its own URL's origin (the broker sends nowhere else)."""
+        destinations = {d.id: d for d in self.KAIZEN_CREDENTIAL_DESTINATIONS}
+        for server in self.KAIZEN_MCP_SERVERS:
+            if not server.credential_destination:
+                continue
+            named = f"KAIZEN_MCP_SERVERS: server {server.id!r}"
+            if not self.KAIZEN_CREDENTIALS_ENABLED:
+                raise ValueError(f"{named} takes credentials but KAIZEN_CREDENTIALS_ENABLED "
+                                 "is off")
+            destination = destinations.get(server.credential_destination)
+            if destination is None:
+                raise ValueError(f"{named} names credential destination "
+                                 f"{server.credential_destination!r}, which "
+                                 "KAIZEN_CREDENTIAL_DESTINATIONS does not declare")
+            if _origin(destination.origin) != _origin(server.url):
+                raise ValueError(f"{named} is not on the origin of credential destination "
+                                 f"{destination.id!r}")
+        return self
+
     @field_validator("KAIZEN_MCP_STDIO_COMMANDS")
     @classmethod
     def _absolute_commands(cls, commands: tuple[str, ...]) -> tuple[str, ...]:
@@ -404,6 +454,24 @@ class KaizenSettings(BaseModel):
             except ValueError:
                 raise ValueError(f"{network[:100]!r} is not a network (CIDR)") from None
         return networks
+
+    @field_validator("KAIZEN_OPENAPI_EGRESS_POLICY_KEY")
+    @classmethod
+    def _policy_key(cls, key: str) -> str:
+        # An Ed25519 public key: 32 bytes, URL-safe base64 (tools/egress_policy.py).
+        raw = key.strip()
+        if raw:
+            import base64
+            import binascii
+
+            try:
+                decoded = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4))
+            except (binascii.Error, ValueError):
+                raise ValueError("is not URL-safe base64") from None
+            if len(decoded) != 32:
+                raise ValueError(f"must decode to 32 bytes (an Ed25519 public key), not "
+                                 f"{len(decoded)}")
+        return raw
 
     @field_validator("KAIZEN_OPENAPI_EGRESS_PORTS")
     @classmethod

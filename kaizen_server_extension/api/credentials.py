@@ -138,7 +138,9 @@ def _page(title: str, body: str) -> str:
             f"<body><main>{body}</main></body></html>")
 
 
-_FIELD_LABELS = {"value": "Credential", "username": "User name", "password": "Password"}
+_FIELD_LABELS = {"value": "Credential", "username": "User name", "password": "Password",
+                 "certificate": "Client certificate (PEM)",
+                 "private_key": "Private key (PEM)"}
 
 
 class CredentialFormPage(JupyterHandler):
@@ -180,7 +182,8 @@ class CredentialFormPage(JupyterHandler):
     @web.authenticated
     async def post(self, token: str) -> None:
         fields = {name: self.get_body_argument(name, "", strip=False)
-                  for name in ("value", "username", "password")}
+                  for name in ("value", "username", "password", "certificate",
+                               "private_key")}
         remember = self.get_body_argument("remember", "") == "yes"
         try:
             submitted = await _service(self.kaizen).forms.submit(

@@ -134,7 +134,10 @@ _ERROR_TEXT = {
     422: "Schema violation; https_required, credentialed_url (user information or a query), "
          "invalid_url, cross_origin_refused, egress_port_refused or egress_address_refused",
     502: "The document could not be fetched or is not a usable OpenAPI document "
-         "(openapi_schema_unavailable, schema_too_large, not_openapi, schema_unreadable)",
+         "(openapi_schema_unavailable, schema_too_large, not_openapi, schema_unreadable), or "
+         "the signed egress policy refused the fetch (egress_policy_missing, "
+         "egress_policy_invalid, egress_policy_not_yet_valid, egress_policy_expired, "
+         "egress_origin_not_in_policy, egress_address_refused)",
 }
 
 

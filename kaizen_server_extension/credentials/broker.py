@@ -51,6 +51,12 @@ from kaizen_server_extension.store.credentials import (
     NonceSpent,
     SealedCredential,
 )
+from kaizen_server_extension.tools.mtls import (
+    CERTIFICATE_LABELS,
+    KEY_LABELS,
+    ClientCertificate,
+    pem_blocks,
+)
 
 log = logging.getLogger("kaizen.credentials")
 T = TypeVar("T")
@@ -107,6 +113,9 @@ class _Held:
     def variants(self) -> list[str]:
         """Every form the value may come back in (the echo guard, R-396)."""
         values = [v for v in self.secret.values() if len(v) >= 4]
+        for name in ("certificate", "private_key"):
+            # PEM comes back line by line too (the certificate-line encoding).
+            values.extend(_pem_lines(self.secret.get(name, "")))
         if "username" in self.secret and "password" in self.secret:
             pair = f"{self.secret['username']}:{self.secret['password']}"
             values.append(pair)
@@ -118,6 +127,20 @@ class _Held:
                         base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode(),
                         base64.b64encode(raw).decode().rstrip("=")})
         return sorted((o for o in out if len(o) >= 4), key=len, reverse=True)
+
+
+def _pem_lines(text: str) -> list[str]:
+    """The base64 lines of the PEM blocks in ``text`` (canonical 64-character lines), and each
+    block's whole base64 body."""
+    if "-----BEGIN " not in text:
+        return []
+    try:
+        canonical = pem_blocks(text, CERTIFICATE_LABELS | KEY_LABELS)
+    except MemberSafeError:
+        return []
+    lines = [line for line in canonical.splitlines() if line and not line.startswith("-----")]
+    bodies = "".join(lines)
+    return [line for line in lines if len(line) >= 16] + ([bodies] if bodies else [])
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,6 +446,12 @@ class CredentialBroker:
         variants = held.variants()
 
         async def perform(injector: Injector) -> tuple[httpx.Response, bytes, bool]:
+            if destination.scheme.kind == "mtls":
+                # A client certificate is presented only through the egress door of sources,
+                # which stages it in /dev/shm (R-392); this plain client cannot.
+                raise CredentialRefused("A client certificate is only used by the source it "
+                                        "was entered for; this request was not sent.",
+                                        "mtls_not_supported_here")
             request_headers = dict(headers or {})
             request_params = dict(params or {})
             injector.apply(request_headers)
@@ -516,6 +545,17 @@ class Injector:
     def apply_query(self, params: MutableMapping[str, Any]) -> None:
         if self._destination.scheme.kind == "query" and self._secret:
             params[self._destination.scheme.name] = self._secret["value"]
+
+    def client_certificate(self) -> ClientCertificate | None:
+        """The client certificate a mutual-TLS destination presents on the request's own
+        connection (``tools/egress.py`` loads it through /dev/shm only, R-392); None for
+        every other scheme."""
+        if self._destination.scheme.kind != "mtls":
+            return None
+        if not self._secret:
+            raise CredentialRefused("This credential was already used.", "credential_spent")
+        return ClientCertificate.from_fields(self._secret["certificate"],
+                                             self._secret["private_key"])
 
     def clear(self) -> None:
         self._secret = {}

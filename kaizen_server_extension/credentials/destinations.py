@@ -3,9 +3,10 @@
 A credential is never a free-floating secret: it is entered for, sealed to and sent only to
 one destination — an id, the exact origin (``scheme://host[:port]``) requests go to, and the
 scheme that says how the value rides on a request (a bearer token, a named header, HTTP
-Basic, a cookie, or — for sources that allow it — a query parameter). The administrator
-declares static destinations (``KAIZEN_CREDENTIAL_DESTINATIONS``); a source module may add
-its own through :class:`DestinationDirectory` (an External OpenAPI source's security scheme,
+Basic, a cookie, a client certificate for mutual TLS, or — for sources that allow it — a
+query parameter). The administrator declares static destinations
+(``KAIZEN_CREDENTIAL_DESTINATIONS``); a source module may add its own through
+:class:`DestinationDirectory` (an External OpenAPI source's security scheme,
 docs/credentials.md, "Sources").
 
 Each destination has an admin policy selector, ``credentials__<id>``, in the ordinary tool
@@ -25,8 +26,8 @@ from urllib.parse import urlsplit
 
 from kaizen_server_extension.policy.credential_arguments import RESERVED_CREDENTIAL_HEADERS
 
-SchemeKind = Literal["bearer", "header", "basic", "cookie", "query"]
-SCHEME_KINDS: tuple[str, ...] = ("bearer", "header", "basic", "cookie", "query")
+SchemeKind = Literal["bearer", "header", "basic", "cookie", "query", "mtls"]
+SCHEME_KINDS: tuple[str, ...] = ("bearer", "header", "basic", "cookie", "query", "mtls")
 DESTINATION_ID_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 #: A header, cookie or query name a scheme may set.
 PARAMETER_NAME_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
@@ -48,7 +49,13 @@ class Scheme:
 
     def fields(self) -> tuple[str, ...]:
         """The secret fields a member enters for this scheme."""
-        return ("username", "password") if self.kind == "basic" else ("value",)
+        if self.kind == "basic":
+            return ("username", "password")
+        if self.kind == "mtls":
+            # PEM on one line: a browser's field drops the line breaks, and the form refuses
+            # control characters; tools/mtls.py puts them back.
+            return ("certificate", "private_key")
+        return ("value",)
 
     def describe(self) -> str:
         return {"bearer": "a bearer token (Authorization: Bearer …)",
@@ -56,6 +63,7 @@ class Scheme:
                 "header": f"an API key sent in the {self.name} header",
                 "cookie": f"a session value sent as the {self.name} cookie",
                 "query": f"an API key sent as the {self.name} query parameter",
+                "mtls": "a client certificate and its private key (mutual TLS)",
                 }[self.kind]
 
 

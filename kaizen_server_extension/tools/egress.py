@@ -8,11 +8,16 @@ sources.md, "Egress"):
   host and a port, fixed when the source was registered) and a path that is already templated;
   a path that could name another host (``//host``, a scheme, a backslash) is refused, and the
   URL actually sent is checked to be on that origin. Redirects are never followed (R-380).
+* **The signed egress policy** (R-379): before anything is resolved, the deployment's signed
+  policy (``tools/egress_policy.py``, :class:`EgressCeiling`) must be in force and list the
+  origin exactly; without one every request is refused. Enabling sources is not network
+  authority.
 * **The egress policy** (R-381): the port must be allowed, the host is resolved once per
-  request and *every* address it resolves to must be globally routable or inside a network the
-  administrator lists (loopback, private, link-local, multicast, reserved and unspecified
-  addresses are protected); the connection is then pinned to the first of them, with TLS still
-  verifying the registered host name, so a second DNS answer cannot move it elsewhere.
+  request and *every* address it resolves to must be globally routable or inside a network
+  listed both in the server's settings and in the signed policy (loopback, private,
+  link-local, multicast, reserved and unspecified addresses are protected); the connection
+  is then pinned to the first of them, with TLS still verifying the registered host name,
+  so a second DNS answer cannot move it elsewhere.
 * **Fixed headers** (R-343, R-382): ``Accept``, ``User-Agent`` and, with a body,
   ``Content-Type``; for a schema revalidation ``If-None-Match``. No header, host, cookie or URL
   ever comes from a model's arguments or the member's request, no identity of the member or of
@@ -39,13 +44,21 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from http.cookiejar import CookieJar, DefaultCookiePolicy
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 import httpx
 
 from kaizen_server_extension._version import __version__
 from kaizen_server_extension.protocol.errors import MemberSafeError
+from kaizen_server_extension.tools.mtls import (
+    CarriesClientCertificate,
+    ClientCertificate,
+    load_client_certificate,
+)
+
+if TYPE_CHECKING:
+    from kaizen_server_extension.tools.egress_policy import EgressCeiling, SignedEgressPolicy
 
 log = logging.getLogger("kaizen.tools.egress")
 
@@ -77,7 +90,9 @@ class EgressFailed(Exception):
 
 
 class RequestCredential(Protocol):
-    """What a resolved credential adds to one outgoing request (the seam of issue 19, item 3)."""
+    """What a resolved credential adds to one outgoing request (the seam of issue 19, item 3).
+    One that also has ``client_certificate()`` (``tools/mtls.py``) presents a client
+    certificate on that request's own TLS connection."""
 
     def apply(self, headers: MutableMapping[str, str]) -> None: ...
 
@@ -175,8 +190,10 @@ def _checked_path(path: str) -> str:
 class Egress:
     """The pinned, bounded HTTPS client for sources (see the module docstring)."""
 
-    def __init__(self, policy: EgressPolicy) -> None:
+    def __init__(self, policy: EgressPolicy, ceiling: EgressCeiling) -> None:
         self._policy = policy
+        # The signed egress policy (R-379): required, so no Egress exists without one.
+        self._ceiling = ceiling
         self._clients: OrderedDict[tuple[str, int, str], httpx.AsyncClient] = OrderedDict()
         self._closing: set[asyncio.Task[None]] = set()
         self._ssl = self._ssl_context(policy.ca_file)
@@ -192,12 +209,18 @@ class Egress:
             context.load_verify_locations(cafile=ca_file)
         return context
 
+    @property
+    def ceiling(self) -> EgressCeiling:
+        return self._ceiling
+
     async def resolve(self, origin: Origin) -> IPAddress:
-        """The address the request is pinned to: every address the host resolves to must be
-        allowed (one protected answer refuses the host)."""
+        """The address the request is pinned to: the signed policy must be in force and list
+        the origin (R-379), the port must be allowed, and every address the host resolves to
+        must be allowed by both policies (one protected answer refuses the host)."""
+        signed = self._ceiling.check(origin)
         self._policy.check_port(origin)
         try:
-            return self._allowed([ipaddress.ip_address(origin.host)])
+            return self._allowed([ipaddress.ip_address(origin.host)], signed)
         except ValueError:
             pass
         loop = asyncio.get_running_loop()
@@ -211,10 +234,12 @@ class Egress:
             address = ipaddress.ip_address(raw.split("%", 1)[0] if isinstance(raw, str) else raw)
             if address not in addresses:
                 addresses.append(address)
-        return self._allowed(addresses)
+        return self._allowed(addresses, signed)
 
-    def _allowed(self, addresses: Sequence[IPAddress]) -> IPAddress:
-        if not addresses or not all(self._policy.address_allowed(a) for a in addresses):
+    def _allowed(self, addresses: Sequence[IPAddress],
+                 signed: SignedEgressPolicy) -> IPAddress:
+        if not addresses or not all(self._policy.address_allowed(a)
+                                    and signed.address_allowed(a) for a in addresses):
             raise EgressRefused("That host resolves to a protected address: external sources "
                                 "cannot be reached there.", code="egress_address_refused")
         return addresses[0]
@@ -240,6 +265,15 @@ class Egress:
             self._closing.add(closing)
             closing.add_done_callback(self._closing.discard)
         return client
+
+    def _certificate_client(self, material: ClientCertificate) -> httpx.AsyncClient:
+        context = self._ssl_context(self._policy.ca_file)
+        load_client_certificate(context, material)
+        jar = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+        return httpx.AsyncClient(
+            verify=context, follow_redirects=False, trust_env=False,
+            cookies=httpx.Cookies(jar), timeout=httpx.Timeout(self._policy.timeout_s),
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=0))
 
     async def send(self, origin: Origin, request: OutgoingRequest, *, max_bytes: int,
                    credential: RequestCredential | None = None) -> EgressResponse:
@@ -272,24 +306,39 @@ class Egress:
             headers["Content-Type"] = "application/json"
         if credential is not None:
             credential.apply(headers)
-        client = self._client(origin, address)
-        built = client.build_request(request.method, url, headers=headers, content=content,
-                                     extensions={"sni_hostname": origin.host})
-        # httpx adds its own defaults (Accept-Encoding, Connection): none identifies anyone.
+        material = credential.client_certificate() \
+            if isinstance(credential, CarriesClientCertificate) else None
+        if material is None:
+            client, own = self._client(origin, address), False
+        else:
+            # A client certificate is this request's own: a fresh TLS context and client,
+            # never pooled, so no later request rides on its connection (R-392).
+            client, own = self._certificate_client(material), True
         try:
-            response = await client.send(built, stream=True)
-        except httpx.ConnectError:
-            raise EgressFailed("connect", sent=False) from None
-        except httpx.ConnectTimeout:
-            raise EgressFailed("connect_timeout", sent=False) from None
-        except httpx.HTTPError as exc:
-            raise EgressFailed(type(exc).__name__, sent=True) from None
-        try:
-            body, truncated = await _bounded_body(response, max_bytes)
-        except httpx.HTTPError as exc:
-            raise EgressFailed(type(exc).__name__, sent=True) from None
+            built = client.build_request(request.method, url, headers=headers,
+                                         content=content,
+                                         extensions={"sni_hostname": origin.host})
+            # httpx adds its own defaults (Accept-Encoding, Connection): none identifies
+            # anyone.
+            try:
+                response = await client.send(built, stream=True)
+            except httpx.ConnectError:
+                raise EgressFailed("connect", sent=False) from None
+            except httpx.ConnectTimeout:
+                raise EgressFailed("connect_timeout", sent=False) from None
+            except (httpx.HTTPError, OSError) as exc:
+                # OSError: a TLS alert after the handshake (a server refusing the client's
+                # certificate under TLS 1.3) reaches us unwrapped; the request may have gone.
+                raise EgressFailed(type(exc).__name__, sent=True) from None
+            try:
+                body, truncated = await _bounded_body(response, max_bytes)
+            except (httpx.HTTPError, OSError) as exc:
+                raise EgressFailed(type(exc).__name__, sent=True) from None
+            finally:
+                await response.aclose()
         finally:
-            await response.aclose()
+            if own:
+                await client.aclose()
         return EgressResponse(
             status=response.status_code,
             content_type=response.headers.get("content-type", "")[:200],

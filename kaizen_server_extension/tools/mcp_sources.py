@@ -19,6 +19,17 @@ as the run's member, when it is admitted; what a server lists is **untrusted met
 * a server that cannot be reached or answers nonsense gives no tools (fail closed, R-065);
 * results are bounded here and then projected by the pipeline like any tool's.
 
+**Credentials** (docs/mcp.md, "Credentials"): the administrator may bind a streamable-HTTP
+server to a credential destination (``credential_destination``, one of
+``KAIZEN_CREDENTIAL_DESTINATIONS`` on the server URL's origin). Its tools are then
+credential-backed: their schema gains the required opaque ``credential_ref`` (the only
+credential the model may name, R-350, R-386), the pipeline hands the call a broker handle,
+and the call opens a session of its own whose HTTP client carries the member's value, by the
+destination's scheme, on that one call's requests only (the initialize handshake, the call,
+the session's end) — never a run's shared session, never discovery, never another call. The
+value never passes through the arguments, the result (the pipeline scrubs it with the handle),
+the journal or a log line (only exception type names are logged).
+
 Every discovered tool is an ordinary :class:`RegisteredTool` handed to the run's frozen
 catalog and pipeline, so a call travels the same authority, permission, ceiling, approval,
 audit and failure path as a built-in. The ``mcp`` SDK is imported only when a server is
@@ -32,11 +43,19 @@ import json
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, replace
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from kaizen_server_extension.protocol.errors import MemberSafeError
 from kaizen_server_extension.protocol.tools import Capability, WriteCategory
+from kaizen_server_extension.tools.egress import RequestCredential
+from kaizen_server_extension.tools.openapi_sources import with_credential_ref
+from kaizen_server_extension.tools.ports import (
+    CREDENTIAL_DESTINATION_KEY,
+    CREDENTIAL_HANDLE_ARGUMENT,
+)
 from kaizen_server_extension.tools.types import (
     MAX_TIMEOUT_S,
     Discovered,
@@ -89,6 +108,9 @@ class McpServer:
     #: Agents the administrator grants every tool of this server (besides agents whose own
     #: tool list names the server or one of its tools).
     agents: tuple[str, ...] = ()
+    #: A credential destination (``KAIZEN_CREDENTIAL_DESTINATIONS``) whose member credential
+    #: every call of this HTTP server's tools carries; empty: uncredentialed.
+    credential_destination: str = ""
 
     @property
     def selector(self) -> str:
@@ -98,6 +120,17 @@ class McpServer:
 
 def server_selector(server_id: str) -> str:
     return f"{PREFIX}{server_id}"
+
+
+def server_origin(server: McpServer) -> str:
+    """The origin of an HTTP server's URL as credential destinations spell it
+    (``scheme://host[:port]``, lower case, a default port left out)."""
+    parts = urlsplit(server.url)
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    shown = f"[{host}]" if ":" in host else host
+    port = parts.port
+    default = {"https": 443, "http": 80}.get(scheme)
+    return f"{scheme}://{shown}" + (f":{port}" if port and port != default else "")
 
 
 def tool_name(server_id: str, remote: str) -> str | None:
@@ -262,8 +295,16 @@ class McpSources:
             if descriptor is None or descriptor.name in seen:
                 continue
             seen.add(descriptor.name)
-            tools.append(RegisteredTool(descriptor=descriptor,
-                                        impl=self._impl(server, descriptor)))
+            registered = RegisteredTool(descriptor=descriptor,
+                                        impl=self._impl(server, descriptor))
+            if server.credential_destination:
+                if not isinstance(descriptor.input_schema.get("properties", {}), Mapping):
+                    continue  # the catalog would refuse it anyway
+                registered = replace(registered, descriptor=replace(
+                    descriptor, input_schema=with_credential_ref(descriptor.input_schema),
+                    extra={**descriptor.extra,
+                           CREDENTIAL_DESTINATION_KEY: server.credential_destination}))
+            tools.append(registered)
         if len(listed) > MAX_TOOLS_PER_SERVER:
             log.warning("MCP server %s lists %d tools; the first %d are used", server.id,
                         len(listed), MAX_TOOLS_PER_SERVER)
@@ -274,6 +315,20 @@ class McpSources:
         sources = self
 
         async def call_mcp_tool(ctx: ToolContext, **arguments: Any) -> dict[str, Any]:
+            handle = arguments.pop(CREDENTIAL_HANDLE_ARGUMENT, None)
+            if server.credential_destination:
+                if handle is None:
+                    raise MemberSafeError(f"{remote} on the MCP server {server.id} needs a "
+                                          "credential, so it was not run.",
+                                          code="credential_required")
+
+                async def send(injector: RequestCredential) -> dict[str, Any]:
+                    return await sources.call(server, remote, arguments, credential=injector)
+
+                # The broker checks the origin and the live policy, claims the receipt and
+                # hands over the injector for this one call (docs/credentials.md).
+                result: dict[str, Any] = await handle.attach(server_origin(server), send)
+                return result
             sessions = ctx.services.get(SESSIONS_SERVICE)
             if isinstance(sessions, RunSessions):
                 return await sessions.call(server, remote, arguments)
@@ -299,11 +354,29 @@ class McpSources:
             return StdioServerParameters(command=server.command, args=list(server.args))
         return server.url
 
-    def _client(self, server: McpServer) -> Any:
+    def _client(self, server: McpServer, http_client: Any = None) -> Any:
         from mcp import Client
 
-        return Client(self._target(server), read_timeout_seconds=server.timeout_s,
-                      cache=None)
+        target = self._target(server)
+        if http_client is not None:
+            from mcp.client.streamable_http import streamable_http_client
+
+            target = streamable_http_client(server.url, http_client=http_client)
+        return Client(target, read_timeout_seconds=server.timeout_s, cache=None)
+
+    @staticmethod
+    def _credentialed_http(server: McpServer, credential: RequestCredential) -> Any:
+        """The HTTP client of one credentialed call: the SDK's defaults plus the member's
+        value where the destination's scheme puts it; no environment proxies or netrc."""
+        import httpx2
+        from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT
+
+        headers: dict[str, str] = {}
+        credential.apply(headers)
+        return httpx2.AsyncClient(
+            headers=headers, trust_env=False, follow_redirects=False,
+            timeout=httpx2.Timeout(min(server.timeout_s, 30.0),
+                                   read=max(server.timeout_s, MCP_DEFAULT_SSE_READ_TIMEOUT)))
 
     async def _list_tools(self, server: McpServer) -> list[Any]:
         async with self._client(server) as client:
@@ -317,15 +390,24 @@ class McpSources:
                     break
             return listed
 
-    async def call(self, server: McpServer, remote: str,
-                   arguments: Mapping[str, Any]) -> dict[str, Any]:
+    async def call(self, server: McpServer, remote: str, arguments: Mapping[str, Any], *,
+                   credential: RequestCredential | None = None) -> dict[str, Any]:
         """Call one tool on its own server; a bounded body. Raises :class:`McpUnavailable`
         when the server could not be reached (nothing was sent), :class:`McpCallFailed`
-        when it failed after the call was sent."""
+        when it failed after the call was sent. With ``credential`` the call has a session
+        and an HTTP client of its own carrying it, closed when the call ends."""
         sent = False
         result: Any = None
         try:
-            async with self._client(server) as client:
+            async with AsyncExitStack() as stack:
+                http = None
+                if credential is not None:
+                    if server.transport != "http":
+                        raise McpUnavailable(f"The MCP server {server.id} takes no "
+                                             "credentials.", code="mcp_credential_refused")
+                    http = await stack.enter_async_context(
+                        self._credentialed_http(server, credential))
+                client = await stack.enter_async_context(self._client(server, http))
                 sent = True
                 result = await client.call_tool(remote, dict(arguments))
         except McpUnavailable:

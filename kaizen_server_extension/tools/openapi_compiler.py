@@ -23,8 +23,9 @@ exactly is omitted by itself, with its reason, and the others are unaffected (R-
 * Authentication (``security`` / ``securitySchemes``) compiles into a value-free plan,
   :class:`CompiledAuth`: the first alternative made of one supported scheme — HTTP Bearer or
   Basic, an API key in a header or cookie, OAuth 2 / OpenID Connect access tokens (as
-  Bearer). A query-string API key is not supported (the query-auth ceiling is off, R-384),
-  nor are mutual TLS and alternatives that combine schemes; an operation whose every
+  Bearer), mutual TLS (a client certificate and key, ``tools/mtls.py``). A query-string API
+  key is not supported (the query-auth ceiling is off, R-384), nor are alternatives that
+  combine schemes; an operation whose every
   alternative is unsupported or incomplete is omitted (R-385). The plan names no value: the
   credential quarantine (docs/credentials.md) attaches the member's credential to the one
   request, and discovery offers such an operation only when credentials are enabled.
@@ -96,7 +97,7 @@ class CompiledAuth:
     value travels. Never a value (R-386)."""
 
     scheme: str
-    kind: Literal["bearer", "basic", "header", "cookie"]
+    kind: Literal["bearer", "basic", "header", "cookie", "mtls"]
     #: The header or cookie name (``header``, ``cookie``).
     name: str = ""
 
@@ -380,7 +381,9 @@ def _scheme(name: str, scheme: Any) -> CompiledAuth | None:
         if where == "cookie":
             return CompiledAuth(name, "cookie", key)
         return None  # a query-string key: the query-auth ceiling is off (R-384)
-    return None  # mutualTLS and anything unknown
+    if kind == "mutualTLS":
+        return CompiledAuth(name, "mtls")  # a client certificate on the request's connection
+    return None  # anything unknown
 
 
 def _parameters(item: Mapping[str, Any], operation: Mapping[str, Any],

@@ -197,7 +197,7 @@ def credential_destination(source_id: str, scheme: str) -> str:
     return f"oas-{source_id}-{scheme_tag(scheme)}"
 
 
-def _with_credential_ref(schema: Mapping[str, Any]) -> dict[str, Any]:
+def with_credential_ref(schema: Mapping[str, Any]) -> dict[str, Any]:
     """``schema`` with the required opaque ``credential_ref`` the model passes (R-350)."""
     properties = {**(schema.get("properties") or {}), CREDENTIAL_REF_ARGUMENT: {
         "type": "string", "pattern": CREDENTIAL_REF_RE.pattern,
@@ -218,7 +218,7 @@ def descriptor_for(source: SourceRecord, operation: CompiledOperation,
     if operation.auth is not None:
         extra[CREDENTIAL_DESTINATION_KEY] = credential_destination(source.id,
                                                                    operation.auth.scheme)
-        schema = _with_credential_ref(schema)
+        schema = with_credential_ref(schema)
     head = f"[OpenAPI source {source.id}: {operation.method} {operation.path[:200]}]"
     effect = operation.effect
     return ToolDescriptor(
@@ -516,4 +516,4 @@ def result_body(source_id: str, operation: CompiledOperation,
 
 __all__ = ["FAMILY", "MAX_URL_CHARS", "OpenApiSources", "SourceCallFailed", "SourceUnavailable",
            "ancestors_of", "build_request", "checked_url", "descriptor_for", "parse_name",
-           "result_body", "source_selector", "tool_name"]
+           "result_body", "source_selector", "tool_name", "with_credential_ref"]

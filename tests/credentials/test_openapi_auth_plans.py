@@ -42,6 +42,7 @@ def _compiled(security: Any) -> tuple[CompiledAuth | None, dict[str, str]]:
     ("cookie_key", CompiledAuth("cookie_key", "cookie", "session")),
     ("oauth", CompiledAuth("oauth", "bearer")),
     ("oidc", CompiledAuth("oidc", "bearer")),
+    ("mtls", CompiledAuth("mtls", "mtls")),   # a client certificate
 ])
 def test_a_supported_scheme_becomes_a_value_free_plan(scheme: str,
                                                       plan: CompiledAuth) -> None:
@@ -52,7 +53,7 @@ def test_a_supported_scheme_becomes_a_value_free_plan(scheme: str,
 @pytest.mark.rule("R-384", "R-385")
 @pytest.mark.parametrize("security", [
     [{"query_key": []}],          # a query-string key: the ceiling is off
-    [{"mtls": []}], [{"digest": []}], [{"incomplete": []}], [{"host_key": []}],
+    [{"digest": []}], [{"incomplete": []}], [{"host_key": []}],
     [{"undeclared": []}],
     [{"bearer": [], "header_key": []}],   # needs both at once: not supported
 ])
@@ -64,7 +65,7 @@ def test_an_unsupported_or_incomplete_alternative_omits_the_operation(security: 
 
 @pytest.mark.rule("R-385")
 def test_the_first_supported_alternative_wins_and_anonymous_needs_none() -> None:
-    auth, _ = _compiled([{"query_key": []}, {"mtls": []}, {"header_key": []}])
+    auth, _ = _compiled([{"query_key": []}, {"digest": []}, {"header_key": []}, {"mtls": []}])
     assert auth == CompiledAuth("header_key", "header", "X-Key")
     anonymous, omitted = _compiled([{"bearer": []}, {}])
     assert anonymous is None and omitted == {}

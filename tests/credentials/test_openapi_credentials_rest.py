@@ -18,6 +18,7 @@ from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from tests.conftest import BACKENDS, served_by
 from tests.credentials.test_broker_rest import _leaks
 from tests.lanes.test_turns import _events, _send, _settled
+from tests.support.egress_policy import policy_env
 from tests.support.openapi_agent_plugin import OPENAPI_AGENT
 from tests.support.openapi_server import OpenApiService, items_document
 from tests.support.server import ServerProcess, member_token
@@ -68,6 +69,8 @@ def world(request: pytest.FixtureRequest,
                 "KAIZEN_OPENAPI_EGRESS_NETWORKS": "127.0.0.1/32",
                 "KAIZEN_OPENAPI_EGRESS_PORTS": str(service.port),
                 "KAIZEN_OPENAPI_CA_FILE": str(service.ca_file),
+                # The deployment's signed egress policy names the local services.
+                **policy_env(root, [service.origin]),
                 "KAIZEN_OPENAPI_SCHEMA_FRESH_SECONDS": "0",
                 "KAIZEN_CREDENTIALS_ENABLED": "1",
                 "KAIZEN_CREDENTIAL_KEY": new_key_text()}) as server:

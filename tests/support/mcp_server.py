@@ -14,7 +14,9 @@ Tools, by what their annotations declare:
 * ``huge``: a read whose text result is far larger than any tool result may be;
 * ``bad_schema``: a read whose input schema fails the 2020-12 meta-schema;
 * ``slow``: a read that answers after ``seconds`` (logged when it answers);
-* ``flaky``: a read that reports ``isError``.
+* ``flaky``: a read that reports ``isError``;
+* ``whoami``: a read that answers with the ``Authorization`` header its request carried
+  (echoing a credential, which the echo guard must scrub) and logs it as ``authorization``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import time
 from pathlib import Path
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
 HUGE_CHARS = 200_000
@@ -90,6 +92,14 @@ def build(log: Path) -> MCPServer:
         """A read that fails."""
         ran("flaky")
         raise RuntimeError("the flaky tool failed on purpose")
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def whoami(ctx: Context) -> str:
+        """Say which credential the request carried."""
+        headers = ctx.headers or {}
+        authorization = headers.get("authorization", "")
+        ran("whoami", authorization=authorization)
+        return f"you sent: {authorization or 'nothing'}"
 
     # The SDK derives schemas from signatures; this one is replaced by an invalid one.
     server._tool_manager.get_tool("bad_schema").parameters = INVALID_SCHEMA  # type: ignore[union-attr]

@@ -37,6 +37,8 @@ class Received:
     query: list[tuple[str, str]]
     headers: dict[str, str]
     body: bytes
+    #: The common name of the client certificate the request came with ("" without one).
+    peer: str = ""
 
 
 @dataclass
@@ -81,7 +83,7 @@ class _Handler(BaseHTTPRequestHandler):
         with state.lock:
             state.received.append(Received(self.command, parts.path, parse_qsl(parts.query),
                                            {k.lower(): v for k, v in self.headers.items()},
-                                           body))
+                                           body, _peer_name(self.connection)))
         if parts.path in state.failing:
             self._json(503, {"error": "down"})
             return
@@ -122,6 +124,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, {"x_key": self.headers.get("X-Key"),
                              "authorization": self.headers.get("Authorization")})
             return
+        if path == "/api/peer":
+            # The client certificate the connection came with (mutual TLS), by common name.
+            self._json(200, {"peer": _peer_name(self.connection) or None})
+            return
         if path == "/api/headers":
             self._json(200, {"seen": sorted(self.headers.keys())})
             return
@@ -140,6 +146,15 @@ class _Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _handle
 
 
+def _peer_name(connection: Any) -> str:
+    certificate = connection.getpeercert() if hasattr(connection, "getpeercert") else None
+    for rdn in (certificate or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return ""
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     state: ServiceState
@@ -153,7 +168,12 @@ class _Server(ThreadingHTTPServer):
 class OpenApiService:
     """``with OpenApiService(tmp) as service: service.origin`` — see the module docstring."""
 
-    def __init__(self, directory: Path, ca: trustme.CA | None = None) -> None:
+    def __init__(self, directory: Path, ca: trustme.CA | None = None, *,
+                 client_ca: trustme.CA | None = None, client_cert_optional: bool = False,
+                 ) -> None:
+        """``client_ca``: require a client certificate it issued on every connection (mutual
+        TLS); a connection without one fails its handshake. With ``client_cert_optional`` a
+        connection may come without one (``Received.peer`` is then empty)."""
         self.ca = ca or trustme.CA()
         self.ca_file = directory / "openapi-ca.pem"
         self.ca.cert_pem.write_to_path(str(self.ca_file))
@@ -162,6 +182,10 @@ class OpenApiService:
         self._server.state = self.state
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.ca.issue_cert("127.0.0.1", "localhost").configure_cert(context)
+        if client_ca is not None:
+            context.verify_mode = ssl.CERT_OPTIONAL if client_cert_optional \
+                else ssl.CERT_REQUIRED
+            client_ca.configure_trust(context)
         self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

@@ -20,6 +20,7 @@ from kaizen_server_extension.tools.openapi_compiler import (
 )
 from kaizen_server_extension.tools.openapi_schema_cache import SchemaCache
 from kaizen_server_extension.tools.openapi_sources import build_request
+from tests.support.egress_policy import allowing
 from tests.support.openapi_server import (
     OpenApiService,
     items_document,
@@ -120,8 +121,10 @@ async def test_parsing_and_compiling_run_off_the_event_loop(tmp_path: Path) -> N
 
     with OpenApiService(tmp_path) as service:
         service.serve("/openapi.json", items_document())
+        signer, policy = allowing(tmp_path, [service.origin])
         egress = Egress(EgressPolicy.build(("127.0.0.1/32",), (service.port,),
-                                           ca_file=str(service.ca_file)))
+                                           ca_file=str(service.ca_file)),
+                        signer.ceiling(policy))
         sys.setprofile(profile)
         threading.setprofile(profile)
         try:
@@ -129,7 +132,7 @@ async def test_parsing_and_compiling_run_off_the_event_loop(tmp_path: Path) -> N
                 service.url("/openapi.json"))
         finally:
             sys.setprofile(None)
-            threading.setprofile(None)  # type: ignore[arg-type]
+            threading.setprofile(None)
             await egress.aclose()
     assert document.operations
     assert threads and threading.get_ident() not in threads

@@ -23,7 +23,9 @@ from kaizen_server_extension.tools.egress import (
     Origin,
     OutgoingRequest,
 )
+from kaizen_server_extension.tools.egress_policy import EgressCeiling
 from kaizen_server_extension.tools.openapi_schema_cache import SchemaCache, SchemaUnavailable
+from tests.support.egress_policy import PolicySigner
 from tests.support.openapi_server import OpenApiService, items_document, oversized_document
 
 
@@ -34,10 +36,18 @@ def service(tmp_path: Path) -> Iterator[OpenApiService]:
         yield running
 
 
+def _ceiling(*services: OpenApiService) -> EgressCeiling:
+    """A signed egress policy (R-379) listing the services' origins, by address and name."""
+    signer = PolicySigner()
+    origins = [o for s in services for o in (s.origin, f"https://localhost:{s.port}")]
+    return signer.ceiling(signer.write(services[0].ca_file.parent / "egress.signed", origins))
+
+
 def _egress(service: OpenApiService, *, networks: tuple[str, ...] = ("127.0.0.1/32",),
             ports: tuple[int, ...] | None = None) -> Egress:
     return Egress(EgressPolicy.build(networks, ports or (service.port,),
-                                     ca_file=str(service.ca_file), timeout_s=10))
+                                     ca_file=str(service.ca_file), timeout_s=10),
+                  _ceiling(service))
 
 
 class Clock:
@@ -135,7 +145,8 @@ async def test_a_redirect_is_returned_never_followed(tmp_path: Path) -> None:
             OpenApiService(tmp_path, ca=source.ca) as elsewhere:
         source.state.redirect_to = elsewhere.url("/stolen")
         egress = Egress(EgressPolicy.build(("127.0.0.1/32",), (source.port, elsewhere.port),
-                                           ca_file=str(source.ca_file)))
+                                           ca_file=str(source.ca_file)),
+                        _ceiling(source, elsewhere))
         try:
             response = await egress.send(Origin.of(source.origin),
                                          OutgoingRequest("GET", "/api/redirect"),
@@ -168,7 +179,7 @@ async def test_a_body_is_read_to_its_bound(service: OpenApiService) -> None:
 
 
 async def test_an_unknown_certificate_authority_fails_closed(service: OpenApiService) -> None:
-    egress = Egress(EgressPolicy.build(("127.0.0.1/32",), (service.port,)))
+    egress = Egress(EgressPolicy.build(("127.0.0.1/32",), (service.port,)), _ceiling(service))
     try:
         with pytest.raises(EgressFailed):
             await egress.send(Origin.of(service.origin), OutgoingRequest("GET", "/"),

@@ -25,6 +25,7 @@ from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from tests.conftest import BACKENDS, served_by, with_server_store
 from tests.lanes.test_turns import _events, _pending_approval, _send, _settled
+from tests.support.egress_policy import policy_env
 from tests.support.openapi_agent_plugin import OPENAPI_AGENT
 from tests.support.openapi_server import (
     OpenApiService,
@@ -74,6 +75,8 @@ def world(request: pytest.FixtureRequest,
                 "KAIZEN_OPENAPI_EGRESS_NETWORKS": "127.0.0.1/32",
                 "KAIZEN_OPENAPI_EGRESS_PORTS": f"{service.port},{elsewhere.port}",
                 "KAIZEN_OPENAPI_CA_FILE": str(service.ca_file),
+                # The deployment's signed egress policy names the local services (R-379).
+                **policy_env(root, [service.origin, elsewhere.origin]),
                 # Every discovery revalidates (ETag), and a failing source may stand in stale.
                 "KAIZEN_OPENAPI_SCHEMA_FRESH_SECONDS": "0",
                 "KAIZEN_OPENAPI_SCHEMA_STALE_SECONDS": "600"}) as proc:
@@ -641,3 +644,40 @@ def test_the_management_tool_changes_sources_only_when_approved(
     [settled] = _settled_calls(alice, room, accepted["run_id"])
     assert settled["outcome"] != "ok" and "https://" in settled["content"], settled
     assert len(alice.get(SOURCES).json()) == 1
+
+
+@pytest.mark.rule("R-379")
+def test_without_a_valid_signed_policy_nothing_is_fetched_or_sent(
+        world: World, alice: httpx.Client) -> None:
+    """The feature stays on; only the deployment's signed egress policy goes bad: a call
+    approved before that is refused at the door, the document is not fetched, and a new turn
+    is offered no source tool. Restored, everything works again without a restart."""
+    policy = world.service.ca_file.parent / "egress-policy.signed"
+    signed = policy.read_text(encoding="ascii")
+    source = _register(alice, world.service.url("/openapi.json"))
+    operations = f"{SOURCES}/{source['id']}/operations"
+    world.script({"match": "create one under policy", "responses": [
+        _call(_tool(source, "createItem"), {"body": {"name": "unsent"}}), {"text": "Done."}]})
+    room = _room(alice)
+    accepted = _send(alice, room, "create one under policy")
+    approval = _pending_approval(alice, accepted["run_id"])
+    before = len(world.service.received())
+    try:
+        policy.write_text(signed.strip() + "A", encoding="ascii")  # one byte more: tampered
+        assert alice.post(f"approvals/{approval['id']}",
+                          json={"decision": "approve"}).status_code == 200
+        _settled(alice, accepted["run_id"], timeout=120)
+        [settled] = _settled_calls(alice, room, accepted["run_id"])
+        assert settled["outcome"] != "ok" and "egress policy" in settled["content"], settled
+        refused = alice.get(operations)
+        assert refused.status_code == 502
+        assert refused.json()["error"]["code"] == "egress_policy_invalid"
+        _run(alice, _room(alice), "hi under a broken policy")
+        assert not {n for n in world.offered("hi under a broken policy")
+                    if n.startswith("openapi__")}
+        policy.unlink()
+        assert alice.get(operations).json()["error"]["code"] == "egress_policy_missing"
+        assert len(world.service.received()) == before
+    finally:
+        policy.write_text(signed, encoding="ascii")
+    assert alice.get(operations).status_code == 200
