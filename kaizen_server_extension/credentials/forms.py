@@ -80,6 +80,8 @@ _REFUSALS: Mapping[str, tuple[int, str]] = {
                                  "issued. Ask for a new form."),
     "destination_disabled": (403, "Credentials for this destination are disabled."),
     "destination_denied": (403, "You may not enter credentials for this destination."),
+    "query_auth_disabled": (403, "Credentials sent in a URL's query string are not enabled "
+                                 "on this server."),
     "policy_check_failed": (403, "Credentials for this destination cannot be checked now."),
 }
 

@@ -7,7 +7,9 @@ URLs and cross-origin consent, so a changed source is a new destination and form
 for the old one are refused (R-390). Looked up as the member: another member's source is no
 destination of theirs. Before a form's nonce is claimed and before every request, the source
 is re-read: it must still be the member's, be usable (enabled, and cross-origin only while
-consented and allowed by the administrator), and the admin tree must allow it (R-389).
+consented and allowed by the administrator), a query-string key needs the query-auth
+ceiling (``KAIZEN_EXTERNAL_QUERY_AUTH_ENABLED``, R-384), and the admin tree must allow it
+(R-389).
 """
 
 from __future__ import annotations
@@ -56,7 +58,10 @@ class OpenApiDestinations:
         except SourceNotFound:
             return None
 
-    async def _schemes(self, source: SourceRecord) -> list[CompiledAuth]:
+    async def _schemes(self, source: SourceRecord, *, offered: bool) -> list[CompiledAuth]:
+        """The source's security schemes: the ones its offered operations use now
+        (``offered``), or every supported alternative its document declares, so that a form
+        for one the ceilings now refuse is refused by name (:meth:`refusal`)."""
         try:
             document = await self._sources.operations(source)
         except Exception as exc:
@@ -65,9 +70,14 @@ class OpenApiDestinations:
                      type(exc).__name__)
             return []
         seen: dict[str, CompiledAuth] = {}
-        for operation in document.operations:
-            if operation.auth is not None:
-                seen.setdefault(operation.auth.scheme, operation.auth)
+        if offered:
+            for operation in self._sources.offerable(document)[0]:
+                if operation.auth is not None:
+                    seen.setdefault(operation.auth.scheme, operation.auth)
+        else:
+            for operation in document.operations:
+                for auth in operation.auth_alternatives:
+                    seen.setdefault(auth.scheme, auth)
         return list(seen.values())
 
     @staticmethod
@@ -89,7 +99,7 @@ class OpenApiDestinations:
         source = await self._source(parsed.group(1), member)
         if source is None:
             return None
-        for auth in await self._schemes(source):
+        for auth in await self._schemes(source, offered=False):
             if scheme_tag(auth.scheme) == parsed.group(2):
                 return self._destination(source, auth)
         return None
@@ -99,7 +109,7 @@ class OpenApiDestinations:
         for source in await self._sources.store.enabled_for(member):
             if not self._sources.usable(source):
                 continue
-            for auth in await self._schemes(source):
+            for auth in await self._schemes(source, offered=True):
                 destination = self._destination(source, auth)
                 if destination is not None:
                     out.append(destination)
@@ -112,6 +122,9 @@ class OpenApiDestinations:
             return "destination_unknown"
         if not self._sources.usable(source):
             return "destination_disabled"
+        if destination.scheme.kind == "query" and not self._sources.query_auth_enabled:
+            # The query-auth ceiling is off (now): a rendered form for such a key is revoked.
+            return "query_auth_disabled"
         if _revision(source) != destination.revision \
                 or str(Origin.of(source.api_base)) != destination.origin:
             return "destination_changed"

@@ -77,9 +77,13 @@ class EgressFailed(Exception):
 
 
 class RequestCredential(Protocol):
-    """What a resolved credential adds to one outgoing request (the seam of issue 19, item 3)."""
+    """What a resolved credential adds to one outgoing request (the seam of issue 19, item 3):
+    its headers, and for a query-string API key (only under the query-auth ceiling, R-384)
+    its query parameter."""
 
     def apply(self, headers: MutableMapping[str, str]) -> None: ...
+
+    def apply_query(self, params: MutableMapping[str, Any]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,8 +255,14 @@ class Egress:
         path = _checked_path(request.path)
         address = await self.resolve(origin)
         host = f"[{address}]" if address.version == 6 else str(address)
-        url = httpx.URL(f"https://{host}:{origin.port}{path}",
-                        params=list(request.query) or None)
+        query = list(request.query)
+        if credential is not None:
+            injected: dict[str, Any] = {}
+            credential.apply_query(injected)
+            # The credential's parameter replaces any same-named one, never joins it.
+            query = [(k, v) for k, v in query if k not in injected]
+            query.extend((k, str(v)) for k, v in injected.items())
+        url = httpx.URL(f"https://{host}:{origin.port}{path}", params=query or None)
         if url.host.strip("[]") != str(address) or url.port != origin.port \
                 or url.scheme != "https":
             raise EgressRefused("The request would leave the source's origin.",

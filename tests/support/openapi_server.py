@@ -120,7 +120,8 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/api/whoami":
             # Echoes the credential it got (the credential tests' echo guard must scrub it).
             self._json(200, {"x_key": self.headers.get("X-Key"),
-                             "authorization": self.headers.get("Authorization")})
+                             "authorization": self.headers.get("Authorization"),
+                             "query": dict(query)})
             return
         if path == "/api/headers":
             self._json(200, {"seen": sorted(self.headers.keys())})
