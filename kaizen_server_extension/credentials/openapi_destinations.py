@@ -16,23 +16,31 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
+from kaizen_server_extension.credentials.call_binding import CallBinding, call_arguments_digest
 from kaizen_server_extension.credentials.destinations import (
     Destination,
     DestinationInvalid,
     make_scheme,
 )
+from kaizen_server_extension.policy.credential_arguments import (
+    CREDENTIAL_REF_ARGUMENT,
+    find_credential,
+)
 from kaizen_server_extension.store.openapi_sources import SourceNotFound, SourceRecord
 from kaizen_server_extension.tools.egress import Origin
-from kaizen_server_extension.tools.openapi_compiler import CompiledAuth
+from kaizen_server_extension.tools.openapi_compiler import CompiledAuth, CompiledOperation
 from kaizen_server_extension.tools.openapi_sources import (
     DESTINATION_RE,
     OpenApiSources,
     credential_destination,
+    parse_name,
     scheme_tag,
     source_selector,
+    tool_name,
 )
+from kaizen_server_extension.tools.schema import validator_for
 
 log = logging.getLogger("kaizen.credentials")
 
@@ -134,3 +142,57 @@ class OpenApiDestinations:
             log.exception("credential policy check of source %s failed; refusing", source.id)
             return "policy_check_failed"
         return None if allowed else "destination_denied"
+
+    # --- forms bound to one call (R-387, R-390) -----------------------------------------------
+
+    async def _offered(self, member: str, destination: Destination,
+                       tool: str) -> tuple[SourceRecord, str, CompiledOperation] | None:
+        """The source, its document digest and the operation ``tool`` names, as offered now,
+        when it authenticates through ``destination``; else None."""
+        parsed_tool = parse_name(tool)
+        parsed_destination = DESTINATION_RE.fullmatch(destination.id)
+        if parsed_tool is None or parsed_tool[1] is None or parsed_destination is None \
+                or parsed_tool[0] != parsed_destination.group(1):
+            return None
+        source = await self._source(parsed_tool[0], member)
+        if source is None:
+            return None
+        try:
+            document = await self._sources.operations(source)
+        except Exception as exc:
+            log.info("OpenAPI source %s: no call binding now (%s)", source.id,
+                     type(exc).__name__)
+            return None
+        for operation in self._sources.offerable(document)[0]:
+            if operation.operation_id == parsed_tool[1] and operation.auth is not None \
+                    and credential_destination(source.id, operation.auth.scheme) \
+                    == destination.id and tool_name(source.id, operation.operation_id) == tool:
+                return source, document.digest, operation
+        return None
+
+    async def bind_call(self, member: str, destination: Destination, tool: str,
+                        arguments: Mapping[str, object]) -> CallBinding | str:
+        found = await self._offered(member, destination, tool)
+        if found is None:
+            return "call_unknown"
+        source, digest, operation = found
+        plain = {k: v for k, v in arguments.items() if k != CREDENTIAL_REF_ARGUMENT}
+        # Arguments the call could never be made with, or ones that carry a credential
+        # themselves, make no form (the pipeline would refuse that call anyway).
+        if find_credential(plain) is not None \
+                or next(validator_for(operation.input_schema).iter_errors(plain), None):
+            return "call_arguments_invalid"
+        return CallBinding(tool=tool, source=source.id, operation=operation.operation_id,
+                           schema_digest=digest, args_digest=call_arguments_digest(plain),
+                           effect=operation.effect.value, api_base=source.api_base)
+
+    async def call_refusal(self, member: str, destination: Destination,
+                           binding: CallBinding) -> str | None:
+        found = await self._offered(member, destination, binding.tool)
+        if found is None:
+            return "operation_changed"
+        source, digest, operation = found
+        if digest != binding.schema_digest or source.api_base != binding.api_base \
+                or operation.effect.value != binding.effect:
+            return "operation_changed"
+        return None

@@ -210,12 +210,14 @@ def _with_credential_ref(schema: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def descriptor_for(source: SourceRecord, operation: CompiledOperation,
-                   timeout_s: float) -> ToolDescriptor | None:
+                   timeout_s: float, schema_digest: str = "") -> ToolDescriptor | None:
     name = tool_name(source.id, operation.operation_id)
     if name is None:
         return None
     extra: dict[str, Any] = {"openapi_source": source.id,
-                             "openapi_operation": operation.operation_id}
+                             "openapi_operation": operation.operation_id,
+                             # What a credential form bound to one call compares.
+                             "openapi_schema_digest": schema_digest}
     schema: Mapping[str, Any] = operation.input_schema
     if operation.auth is not None:
         extra[CREDENTIAL_DESTINATION_KEY] = credential_destination(source.id,
@@ -364,7 +366,8 @@ class OpenApiSources:
                 down.append(source.id)
                 continue
             for operation in self.offerable(document)[0]:
-                descriptor = descriptor_for(source, operation, self._timeout_s)
+                descriptor = descriptor_for(source, operation, self._timeout_s,
+                                            document.digest)
                 if descriptor is None or not self.grants(ceiling, source.id, descriptor.name):
                     continue
                 tools.append(RegisteredTool(descriptor=descriptor,

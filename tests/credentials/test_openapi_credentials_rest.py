@@ -184,3 +184,44 @@ def test_the_admin_tree_revokes_a_rendered_form(world: World, source: dict[str, 
             dave.delete(f"admin/tool-policies/{selector}/alice")
     # The nonce was never claimed: allowed again, the same form works once.
     assert world.form_submit("alice", form_url, value=SECRET).status_code == 200
+
+
+@pytest.mark.rule("R-387", "R-388")
+def test_a_form_for_one_call_serves_that_call_only(world: World,
+                                                  source: dict[str, Any]) -> None:
+    destination = _destination(world, "alice", source["id"])
+    assert destination is not None
+    tool = f"openapi__{source['id']}__whoAmI"
+    with world.server.client("alice") as alice:
+        issued = alice.post("credentials/forms", json={
+            "destination": destination["id"], "call": {"tool": tool, "arguments": {}}})
+        assert issued.status_code == 201, issued.text
+        body = issued.json()
+        assert body["call"]["tool"] == tool and body["call"]["operation"] == "whoAmI"
+        assert body["call"]["effect"] == "read" and body["remember_offered"] is False
+        # An anonymous operation takes no credential: no form binds it.
+        anonymous = alice.post("credentials/forms", json={
+            "destination": destination["id"],
+            "call": {"tool": f"openapi__{source['id']}__getItem",
+                     "arguments": {"id": "1"}}})
+        assert anonymous.status_code == 404
+        assert anonymous.json()["error"]["code"] == "call_unknown"
+    page = httpx.get(world.server.base_url.rstrip("/") + body["form_url"],
+                     headers={"Authorization": f"token {member_token('alice')}"}, timeout=30)
+    # The destination origin comes first, then the one call the form is for.
+    assert page.text.index('id="destination-origin"') < page.text.index('id="kz-call"')
+    assert tool in page.text
+    ref = _ref(world.form_submit("alice", body["form_url"], value=SECRET))
+    # Another operation of the same destination cannot use it; nothing is sent.
+    before = len(world.service.received("/api/private"))
+    [other] = world.turn("alice", f"openapi__{source['id']}__privateThing",
+                         {"credential_ref": ref})
+    assert other["outcome"] != "ok" and "entered for one call" in other["content"], other
+    assert len(world.service.received("/api/private")) == before
+    # The call it was entered for goes out once, with the value.
+    sent = len(world.service.received("/api/whoami"))
+    [settled] = world.turn("alice", tool, {"credential_ref": ref})
+    assert settled["outcome"] == "ok", settled
+    received = world.service.received("/api/whoami")[sent:]
+    assert [r.headers.get("x-key") for r in received] == [SECRET]
+    assert _leaks(settled["content"], SECRET) == []
