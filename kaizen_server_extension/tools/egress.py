@@ -21,11 +21,13 @@ sources.md, "Egress"):
 * **Bounds**: a timeout on every request and a byte bound on every response body.
 
 The credential seam (issue 19, item 3): :meth:`Egress.send` takes an optional
-``credential`` — any object with ``apply(headers)`` (:class:`RequestCredential`) — which adds
-what a resolved credential needs to that one outgoing request after the fixed headers are set
-and before it is sent. Sources are uncredentialed for now, so every caller passes None; the
-credential quarantine attaches a resolved ``credential_ref`` here and nowhere else, so the
-value never passes through the model, the tool arguments or the result.
+``credential`` — any object with ``apply(headers)`` and ``apply_query(params)``
+(:class:`RequestCredential`) — which adds what a resolved credential needs to that one
+outgoing request after the fixed headers are set and before it is sent (a query-string key
+only under the query-auth ceiling, R-384, replacing a same-named parameter). Sources
+are registered uncredentialed; the credential quarantine attaches a resolved
+``credential_ref`` here and nowhere else, so the value never passes through the model, the
+tool arguments or the result.
 """
 
 from __future__ import annotations

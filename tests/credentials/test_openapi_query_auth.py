@@ -17,7 +17,11 @@ from sqlalchemy import func, select
 
 from kaizen_server_extension.credentials.broker import CredentialRefused, Injector
 from kaizen_server_extension.credentials.crypto import new_key_text
-from kaizen_server_extension.credentials.destinations import StaticDestinations
+from kaizen_server_extension.credentials.destinations import (
+    Destination,
+    Scheme,
+    StaticDestinations,
+)
 from kaizen_server_extension.credentials.forms import FormRefused
 from kaizen_server_extension.credentials.openapi_destinations import OpenApiDestinations
 from kaizen_server_extension.credentials.service import CredentialService
@@ -25,7 +29,7 @@ from kaizen_server_extension.settings import KaizenSettings, SettingsError
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.openapi_sources import OpenApiSourceStore, SourceRecord
 from kaizen_server_extension.store.store import Store
-from kaizen_server_extension.tools.egress import Egress, EgressPolicy, Origin
+from kaizen_server_extension.tools.egress import Egress, EgressPolicy, Origin, OutgoingRequest
 from kaizen_server_extension.tools.openapi_compiler import CompiledAuth
 from kaizen_server_extension.tools.openapi_schema_cache import SchemaCache
 from kaizen_server_extension.tools.openapi_sources import (
@@ -212,3 +216,24 @@ def test_the_query_auth_ceiling_is_off_by_default_and_a_bad_value_stops_start_up
         {"KAIZEN_EXTERNAL_QUERY_AUTH_ENABLED": "1"}).KAIZEN_EXTERNAL_QUERY_AUTH_ENABLED is True
     with pytest.raises(SettingsError, match="KAIZEN_EXTERNAL_QUERY_AUTH_ENABLED"):
         KaizenSettings.from_environ({"KAIZEN_EXTERNAL_QUERY_AUTH_ENABLED": "sometimes"})
+
+
+@pytest.mark.rule("R-384")
+async def test_the_egress_door_puts_the_key_in_the_query_replacing_a_same_named_value(
+        service: OpenApiService) -> None:
+    egress = Egress(EgressPolicy.build(("127.0.0.1/32",), (service.port,),
+                                       ca_file=str(service.ca_file), timeout_s=10))
+    destination = Destination("q", service.origin, Scheme("query", "api_key"))
+    try:
+        response = await egress.send(
+            Origin.of(service.origin),
+            OutgoingRequest("GET", "/api/whoami", query=[("api_key", "not-the-key"),
+                                                         ("page", "2")]),
+            max_bytes=4096, credential=Injector(destination, {"value": SECRET}))
+    finally:
+        await egress.aclose()
+    assert response.status == 200
+    [received] = service.received("/api/whoami")
+    # Replaced, never joined: the one key parameter is the credential.
+    assert received.query == [("page", "2"), ("api_key", SECRET)]
+    assert SECRET not in repr(received.headers)
