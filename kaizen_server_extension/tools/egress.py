@@ -78,6 +78,24 @@ class EgressFailed(Exception):
         self.sent = sent
 
 
+class _UrlQueryWithheld(logging.Filter):
+    """httpx logs every request's URL at INFO. A source's query string may carry a credential
+    under the query-auth ceiling (R-384), so a logged URL never shows its query: an operator
+    who turns httpx's INFO lines on still gets no credential in the log (R-391)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and any(isinstance(a, httpx.URL) and a.query for a in args):
+            record.args = tuple(a.copy_with(query=None) if isinstance(a, httpx.URL) else a
+                                for a in args)
+        return True
+
+
+_HTTPX_LOG_FILTER = _UrlQueryWithheld()
+if not any(isinstance(f, _UrlQueryWithheld) for f in logging.getLogger("httpx").filters):
+    logging.getLogger("httpx").addFilter(_HTTPX_LOG_FILTER)
+
+
 class RequestCredential(Protocol):
     """What a resolved credential adds to one outgoing request (the seam of issue 19, item 3):
     its headers, and for a query-string API key (only under the query-auth ceiling, R-384)

@@ -7,6 +7,7 @@ on submit, before its nonce is claimed, once it is off (R-389), and so is every 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -237,3 +238,21 @@ async def test_the_egress_door_puts_the_key_in_the_query_replacing_a_same_named_
     # Replaced, never joined: the one key parameter is the credential.
     assert received.query == [("page", "2"), ("api_key", SECRET)]
     assert SECRET not in repr(received.headers)
+
+
+@pytest.mark.rule("R-384", "R-391")
+async def test_a_query_key_never_reaches_a_log_line(service: OpenApiService,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    egress = Egress(EgressPolicy.build(("127.0.0.1/32",), (service.port,),
+                                       ca_file=str(service.ca_file), timeout_s=10))
+    destination = Destination("q", service.origin, Scheme("query", "api_key"))
+    caplog.set_level(logging.DEBUG)
+    try:
+        await egress.send(Origin.of(service.origin), OutgoingRequest("GET", "/api/whoami"),
+                          max_bytes=4096, credential=Injector(destination, {"value": SECRET}))
+    finally:
+        await egress.aclose()
+    # httpx logged the request (an operator may turn that on), without its query.
+    assert any("HTTP Request" in r.getMessage() for r in caplog.records)
+    assert SECRET not in caplog.text
+    assert [r.query for r in service.received("/api/whoami")] == [[("api_key", SECRET)]]
