@@ -28,8 +28,13 @@ DEFAULT = {"responses": [{"text": "Default."}]}
 
 
 def _document() -> dict[str, Any]:
-    return items_document(**{"/api/whoami": {"get": {"operationId": "whoAmI",
-                                                     "security": [{"key": []}]}}})
+    document = items_document(**{
+        "/api/whoami": {"get": {"operationId": "whoAmI", "security": [{"key": []}]}},
+        # A query-string key: offered because this server turns the query-auth ceiling on.
+        "/api/headers": {"get": {"operationId": "queryKeyed", "security": [{"qkey": []}]}}})
+    document["components"]["securitySchemes"]["qkey"] = {
+        "type": "apiKey", "in": "query", "name": "api_key"}
+    return document
 
 
 class World:
@@ -70,6 +75,7 @@ def world(request: pytest.FixtureRequest,
                 "KAIZEN_OPENAPI_CA_FILE": str(service.ca_file),
                 "KAIZEN_OPENAPI_SCHEMA_FRESH_SECONDS": "0",
                 "KAIZEN_CREDENTIALS_ENABLED": "1",
+                "KAIZEN_EXTERNAL_QUERY_AUTH_ENABLED": "1",
                 "KAIZEN_CREDENTIAL_KEY": new_key_text()}) as server:
             with server.client("alice") as alice:
                 assert alice.put("members/me/settings",
@@ -86,10 +92,12 @@ def source(world: World) -> Iterator[dict[str, Any]]:
         alice.delete(f"{SOURCES}/{created.json()['id']}")
 
 
-def _destination(world: World, member: str, source_id: str) -> dict[str, Any] | None:
+def _destination(world: World, member: str, source_id: str,
+                 kind: str = "header") -> dict[str, Any] | None:
     with world.server.client(member) as client:
         listed = client.get("credentials/destinations").json()
-    return next((d for d in listed if d["id"].startswith(f"oas-{source_id}-")), None)
+    return next((d for d in listed if d["id"].startswith(f"oas-{source_id}-")
+                 and d["scheme"]["kind"] == kind), None)
 
 
 def _form(world: World, destination: str) -> str:
@@ -225,3 +233,27 @@ def test_a_form_for_one_call_serves_that_call_only(world: World,
     received = world.service.received("/api/whoami")[sent:]
     assert [r.headers.get("x-key") for r in received] == [SECRET]
     assert _leaks(settled["content"], SECRET) == []
+
+
+@pytest.mark.rule("R-384", "R-386", "R-391")
+def test_with_the_query_auth_ceiling_on_a_query_key_goes_in_the_one_requests_query(
+        world: World, source: dict[str, Any]) -> None:
+    with world.server.client("alice") as alice:
+        listed = alice.get("credentials/destinations").json()
+    [query] = [d for d in listed if d["id"].startswith(f"oas-{source['id']}-")
+               and d["scheme"]["kind"] == "query"]
+    assert query["scheme"]["name"] == "api_key"
+    ref = _ref(world.form_submit("alice", _form(world, query["id"]), value=SECRET))
+    tool = f"openapi__{source['id']}__queryKeyed"
+    sent = len(world.service.received("/api/headers"))
+    [settled] = world.turn("alice", tool, {"credential_ref": ref})
+    assert settled["outcome"] == "ok", settled
+    [received] = world.service.received("/api/headers")[sent:]
+    assert received.query == [("api_key", SECRET)]
+    # Neither the model, nor the result, nor the server's log saw the key or its parameter.
+    offered = {t["function"]["name"]: t["function"]["parameters"]
+               for body in world.fake.requests() for t in body.get("tools") or []}
+    assert "api_key" not in json.dumps(offered[tool])
+    assert _leaks(settled["content"], SECRET) == []
+    assert _leaks(json.dumps(world.fake.requests()), SECRET) == []
+    assert _leaks(world.server.log(), SECRET) == []
