@@ -156,9 +156,13 @@ async def test_the_signed_plan_binds_the_one_call(world: World) -> None:
     assert await _form_receipts(world.store) == 0
 
 
-@pytest.mark.rule("R-387")
+@pytest.mark.rule("R-387", "R-398")
 async def test_a_bound_credential_serves_only_its_own_call(world: World) -> None:
     ref = await world.entered("keyedItem", {"id": "7"})
+    # The form's receipt names the call (identity only, R-398).
+    [receipt] = await world.credentials.records.receipts_of("alice")
+    assert (receipt.kind, receipt.operation, receipt.effect, receipt.status) == (
+        "form", world.tool("keyedItem"), "read", "stored")
     descriptor = await world.descriptor("keyedItem")
     digest = descriptor.extra["openapi_schema_digest"]
     exact = CallIdentity(world.tool("keyedItem"), call_arguments_digest({"id": "7"}), digest,
