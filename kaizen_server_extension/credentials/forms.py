@@ -92,6 +92,7 @@ _REFUSALS: Mapping[str, tuple[int, str]] = {
                                  "on this server."),
     "policy_check_failed": (403, "Credentials for this destination cannot be checked now."),
     "call_unknown": (404, "This destination has no such operation for you."),
+    "operation_denied": (403, "You may not use this operation now."),
     "call_arguments_invalid": (422, "These arguments do not fit the operation, so no form "
                                     "can be issued for that call."),
     "operation_changed": (409, "The operation this form was issued for changed since (its "

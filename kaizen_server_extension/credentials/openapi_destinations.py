@@ -176,6 +176,9 @@ class OpenApiDestinations:
         if found is None:
             return "call_unknown"
         source, digest, operation = found
+        denied = await self._operation_refusal(member, tool)
+        if denied is not None:
+            return denied
         plain = {k: v for k, v in arguments.items() if k != CREDENTIAL_REF_ARGUMENT}
         # Arguments the call could never be made with, or ones that carry a credential
         # themselves, make no form (the pipeline would refuse that call anyway).
@@ -195,4 +198,14 @@ class OpenApiDestinations:
         if digest != binding.schema_digest or source.api_base != binding.api_base \
                 or operation.effect.value != binding.effect:
             return "operation_changed"
-        return None
+        # The endpoint itself may have been disabled for the member since (R-389).
+        return await self._operation_refusal(member, binding.tool)
+
+    async def _operation_refusal(self, member: str, tool: str) -> str | None:
+        """The admin tree for the exact operation (every level down to the endpoint)."""
+        try:
+            allowed = await self._allowed(member, tool)
+        except Exception:
+            log.exception("credential policy check of %s failed; refusing", tool)
+            return "policy_check_failed"
+        return None if allowed else "operation_denied"

@@ -68,8 +68,12 @@ def service(tmp_path: Path) -> Iterator[OpenApiService]:
         yield running
 
 
+#: Admin policy: the names denied to everyone (the test's stand-in for the policy table).
+DENIED: set[str] = set()
+
+
 async def _allowed(member: str, name: str) -> bool:
-    return True
+    return name not in DENIED
 
 
 @dataclass
@@ -240,3 +244,28 @@ async def test_a_changed_document_invalidates_rendered_forms_and_bound_credentia
     assert used.value.code == "credential_bound_elsewhere"
     # A new form for the same call, issued now, works.
     assert await world.entered("keyedItem", {"id": "7"})
+
+
+@pytest.mark.rule("R-389")
+async def test_disabling_the_endpoint_revokes_a_rendered_form_for_its_call(
+        world: World) -> None:
+    form = await world.credentials.forms.issue("alice", world.destination,
+                                               call=(world.tool("keyedItem"), {"id": "7"}))
+    DENIED.add(world.tool("keyedItem"))
+    try:
+        with pytest.raises(FormRefused) as submitted:
+            await world.credentials.forms.submit("alice", form.token, {"value": SECRET},
+                                                 remember=False)
+        assert submitted.value.code == "operation_denied"
+        assert await _form_receipts(world.store) == 0
+        with pytest.raises(FormRefused) as issued:
+            await world.credentials.forms.issue("alice", world.destination,
+                                                call=(world.tool("keyedItem"), {"id": "7"}))
+        assert issued.value.code == "operation_denied"
+        # Another endpoint of the same source is unaffected.
+        assert await world.entered("whoAmI", {})
+    finally:
+        DENIED.discard(world.tool("keyedItem"))
+    # Allowed again, the nonce was never claimed: the same form works once.
+    assert (await world.credentials.forms.submit("alice", form.token, {"value": SECRET},
+                                                 remember=False)).credential_ref
