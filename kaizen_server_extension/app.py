@@ -445,7 +445,8 @@ class KaizenApp(ExtensionApp):
         return OpenApiSources(OpenApiSourceStore(store), egress, cache,
                               cross_origin_enabled=settings.KAIZEN_OPENAPI_CROSS_ORIGIN_ENABLED,
                               timeout_s=settings.KAIZEN_OPENAPI_TIMEOUT_SECONDS,
-                              credentials_enabled=settings.KAIZEN_CREDENTIALS_ENABLED)
+                              credentials_enabled=settings.KAIZEN_CREDENTIALS_ENABLED,
+                              query_auth_enabled=settings.KAIZEN_EXTERNAL_QUERY_AUTH_ENABLED)
 
     def _model_gateway(self, settings: KaizenSettings,
                        plugins: LoadedPlugins) -> tuple[Any, str, Any]:

@@ -294,6 +294,10 @@ class KaizenSettings(BaseModel):
     #: A source's API base may differ in origin from its schema URL only with the source's own
     #: consent and this admin ceiling on (R-383). Off unless set.
     KAIZEN_OPENAPI_CROSS_ORIGIN_ENABLED: bool = False
+    #: An operation whose only supported authentication is an API key in the query string is
+    #: offered (and its credential form accepted) only with this admin ceiling on (R-384);
+    #: the spec's KAMIWAZA_EXTERNAL_QUERY_AUTH_ENABLED. Off unless set.
+    KAIZEN_EXTERNAL_QUERY_AUTH_ENABLED: bool = False
     #: The egress policy (R-381): networks (CIDRs) a source's resolved address may be in. Empty:
     #: any globally routable address; loopback, private, link-local and other protected
     #: addresses are refused unless a network listed here contains them.

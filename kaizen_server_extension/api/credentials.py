@@ -41,11 +41,26 @@ TOKEN = r"[A-Za-z0-9_-]{16,4000}\.[A-Za-z0-9_-]{16,200}"
 FORM_PATH = "kaizen/credentials/forms"
 
 
+class FormCall(BaseModel):
+    """The one call a form is for (an External OpenAPI operation's tool and arguments)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    tool: str = Field(min_length=1, max_length=64)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
 class FormRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     destination: str = Field(min_length=1, max_length=120)
     label: str = Field(default="", max_length=200)
+    #: Bind the form to this one call (R-387); absent: a form for the destination.
+    call: FormCall | None = None
+
+
+#: A form request's body bound (a call's arguments included).
+FORM_REQUEST_MAX_BYTES = 64 * 1024
 
 
 def _service(kaizen: KaizenContext) -> CredentialService:
@@ -66,17 +81,23 @@ class CredentialDestinationsHandler(KaizenHandler):
 class CredentialFormsHandler(KaizenHandler):
     @web.authenticated
     async def post(self) -> None:
-        body = self.parse_body(FormRequest, limit=4096)
+        body = self.parse_body(FormRequest, limit=FORM_REQUEST_MAX_BYTES)
+        call = (body.call.tool, body.call.arguments) if body.call is not None else None
         form = await _service(self.kaizen).forms.issue(self.member, body.destination,
-                                                       body.label)
+                                                       body.label, call=call)
         self.write_json(_issued(self, form), status=201)
 
 
 def _issued(handler: JupyterHandler, form: OpenForm) -> dict[str, Any]:
-    return {"form_url": f"{handler.base_url}{FORM_PATH}/{form.token}",
-            "expires_at": datetime.fromtimestamp(form.expires_at, UTC).isoformat(),
-            "destination": form.destination.public(),
-            "remember_offered": form.remember_offered}
+    issued: dict[str, Any] = {
+        "form_url": f"{handler.base_url}{FORM_PATH}/{form.token}",
+        "expires_at": datetime.fromtimestamp(form.expires_at, UTC).isoformat(),
+        "destination": form.destination.public(),
+        "remember_offered": form.remember_offered}
+    call = form.call
+    if call is not None:
+        issued["call"] = call.public()
+    return issued
 
 
 class CredentialsHandler(KaizenHandler):
@@ -217,11 +238,15 @@ class CredentialFormPage(JupyterHandler):
                     "delete it any time)</label>") if form.remember_offered else ""
         expires = datetime.fromtimestamp(form.expires_at, UTC).strftime("%H:%M:%S UTC")
         label = html.escape(str(form.plan.get("label") or destination.label or destination.id))
+        call = form.call
+        bound = (f"<p id=\"kz-call\">For one call only: <code>{html.escape(call.tool)}</code> "
+                 f"({html.escape(call.effect)}), with the arguments the assistant asked "
+                 "for.</p>") if call is not None else ""
         self.finish(_page(f"Credential for {destination.origin}", (
             "<p class=\"kz-to\">This credential will be sent only to</p>"
             f"<h1 id=\"destination-origin\">{origin}</h1>"
             f"<p>{label}: {html.escape(destination.scheme.describe())}. The assistant never "
-            "sees what you enter here; it gets an opaque reference.</p>"
+            f"sees what you enter here; it gets an opaque reference.</p>{bound}"
             "<form method=\"post\" autocomplete=\"off\" id=\"kz-credential-form\">"
             f"{self.xsrf_form_html()}{inputs}{remember}"
             f"<button type=\"submit\">Send to {origin}</button></form>"
@@ -247,8 +272,10 @@ def credential_routes(prefix: str) -> list[tuple[str, type[web.RequestHandler]]]
 
 _ERROR_TEXT = {401: "Not authenticated", 400: "Malformed body",
                403: "The destination is disabled or denied to you",
-               404: "No such destination or credential of yours",
-               422: "The body does not match the schema"}
+               404: "No such destination or credential of yours (call_unknown: the "
+                    "destination has no such operation for you)",
+               422: "The body does not match the schema (call_arguments_invalid: the call's "
+                    "arguments do not fit its operation)"}
 
 
 def credentials_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -297,12 +324,32 @@ def credentials_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
             "type": "object", "additionalProperties": False, "required": ["destination"],
             "properties": {"destination": {"type": "string", "minLength": 1,
                                            "maxLength": 120},
-                           "label": {"type": "string", "maxLength": 200}}},
+                           "label": {"type": "string", "maxLength": 200},
+                           "call": {
+                               "description": "Bind the form to this one call of an "
+                                              "External OpenAPI operation (its tool name and "
+                                              "arguments); absent: a form for the destination",
+                               "type": "object", "additionalProperties": False,
+                               "required": ["tool"],
+                               "properties": {
+                                   "tool": {"type": "string", "minLength": 1,
+                                            "maxLength": 64},
+                                   "arguments": {"type": "object"}}}}},
         "CredentialForm": {
             "type": "object",
             "required": ["form_url", "expires_at", "destination", "remember_offered"],
             "properties": {"form_url": string, "expires_at": when, "destination": destination,
-                           "remember_offered": {"type": "boolean"}}},
+                           "remember_offered": {"type": "boolean"},
+                           "call": ref("CredentialFormCall")}},
+        "CredentialFormCall": {
+            "description": "The one call a form is bound to: identity and digests, never the "
+                           "arguments",
+            "type": "object",
+            "required": ["tool", "source", "operation", "effect", "schema_digest",
+                         "arguments_digest"],
+            "properties": {"tool": string, "source": string, "operation": string,
+                           "effect": {"enum": ["read", "write", "sensitive"]},
+                           "schema_digest": string, "arguments_digest": string}},
         "CredentialDestination": {
             "type": "object", "required": ["id", "origin", "label", "scheme", "enabled"],
             "properties": {"id": string, "origin": string, "label": string,
@@ -317,7 +364,7 @@ def credentials_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
             "properties": {"credential_ref": {"type": "string", "pattern": f"^{REF}$"},
                            "destination": string, "origin": string, "scheme": string,
                            "label": string, "retention": {"enum": ["once", "remember"]},
-                           "created_at": when}},
+                           "created_at": when, "call": ref("CredentialFormCall")}},
         "CredentialReceipt": {
             "type": "object",
             "required": ["id", "kind", "destination", "origin", "status", "claimed_at"],

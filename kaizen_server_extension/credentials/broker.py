@@ -39,6 +39,7 @@ from urllib.parse import quote, quote_plus
 
 import httpx
 
+from kaizen_server_extension.credentials.call_binding import CallBinding, CallIdentity
 from kaizen_server_extension.credentials.crypto import SealBroken, Vault
 from kaizen_server_extension.credentials.destinations import Destination, StaticDestinations
 from kaizen_server_extension.credentials.destinations import origin_of as _origin_of
@@ -109,6 +110,8 @@ class _Held:
     origin: str
     retention: str
     secret: dict[str, str] = field(repr=False)
+    #: The one call a form bound this credential to (R-387), or None.
+    binding: CallBinding | None = None
 
     def variants(self) -> list[str]:
         """Every form the value may come back in (the echo guard, R-396)."""
@@ -298,15 +301,17 @@ class CredentialBroker:
 
     # --- accepting a value (the form's submission) ------------------------------------------
 
-    def hold_once(self, member: str, destination: Destination, secret: Mapping[str, str]) -> str:
-        """Keep ``secret`` in memory for one request; its new reference."""
+    def hold_once(self, member: str, destination: Destination, secret: Mapping[str, str], *,
+                  binding: CallBinding | None = None) -> str:
+        """Keep ``secret`` in memory for one request (of the call ``binding`` names, when
+        the form was for one call); its new reference."""
         self._expire()
         held = [r for r, (_, h) in self._once.items() if h.member == member]
         for old in held[:max(0, len(held) - MAX_ONCE_PER_MEMBER + 1)]:
             self._once.pop(old, None)  # insertion order: the oldest first
         ref = new_ref()
         self._once[ref] = (self._clock() + ONCE_TTL_S, _Held(
-            ref, member, destination.id, destination.origin, "once", dict(secret)))
+            ref, member, destination.id, destination.origin, "once", dict(secret), binding))
         return ref
 
     def seal(self, member: str, destination: Destination, secret: Mapping[str, str],
@@ -326,7 +331,8 @@ class CredentialBroker:
         """The member's unspent use-once references (identity only)."""
         self._expire()
         return [{"credential_ref": held.ref, "destination": held.destination,
-                 "origin": held.origin, "retention": "once"}
+                 "origin": held.origin, "retention": "once",
+                 **({"call": held.binding.public()} if held.binding is not None else {})}
                 for _, held in self._once.values() if held.member == member]
 
     def _expire(self) -> None:
@@ -337,10 +343,11 @@ class CredentialBroker:
     # --- resolving a reference ------------------------------------------------------------------
 
     async def handle(self, member: str, ref: object, destination_id: str, *,
-                     operation: str, effect: str, run_id: str | None = None) -> BrokerHandle:
+                     operation: str, effect: str, run_id: str | None = None,
+                     call: CallIdentity | None = None) -> BrokerHandle:
         """A handle for ``ref`` at ``destination_id`` as ``member``, or :class:`CredentialRefused`
-        (unknown, another member's, another destination's, spent, or the destination is no
-        longer allowed). Nothing is sent here."""
+        (unknown, another member's, another destination's, spent, entered for another call,
+        or the destination is no longer allowed). Nothing is sent here."""
         destination = await self.destinations.lookup(destination_id, member)
         refused = await self.refusal(member, destination)
         if refused is not None or destination is None:
@@ -353,6 +360,16 @@ class CredentialBroker:
                 "to enter a credential for it (Kaizen credential form) and pass the reference "
                 "they give you; never a credential itself.", "credential_required")
         held = await self._resolve(member, ref, destination)
+        if held.binding is not None:
+            differs = held.binding.mismatch(call)
+            if differs is not None:
+                # Not spent: the call it was entered for may still use it.
+                held.secret = {}
+                raise CredentialRefused(
+                    f"That credential_ref was entered for one call ({held.binding.tool} with "
+                    f"the arguments shown on its form) and this call differs in its {differs}, "
+                    "so it was not run. Make that exact call, or ask the member for a new "
+                    "form for this one.", "credential_bound_elsewhere")
         return BrokerHandle(self, held, destination, operation=operation, effect=effect,
                             run_id=run_id)
 
@@ -369,7 +386,7 @@ class CredentialBroker:
                     or held.origin != destination.origin:
                 raise unusable
             return _Held(held.ref, held.member, held.destination, held.origin, "once",
-                         dict(held.secret))
+                         dict(held.secret), held.binding)
         sealed = await self._records.sealed(ref)
         if sealed is None or sealed.member != member or sealed.destination != destination.id \
                 or sealed.origin != destination.origin \

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 from urllib.parse import urlsplit
 
+from kaizen_server_extension.credentials.call_binding import CallBinding
 from kaizen_server_extension.policy.credential_arguments import RESERVED_CREDENTIAL_HEADERS
 
 SchemeKind = Literal["bearer", "header", "basic", "cookie", "query", "mtls"]
@@ -162,6 +163,19 @@ class DestinationDirectory(Protocol):
         visibility, enabled state, API base, admin tree), else None."""
         ...
 
+    async def bind_call(self, member: str, destination: Destination, tool: str,
+                        arguments: Mapping[str, object]) -> CallBinding | str:
+        """The binding of a form for one call of ``tool`` with ``arguments`` through
+        ``destination`` (R-387), or the refusal code (``call_unknown``,
+        ``call_arguments_invalid``)."""
+        ...
+
+    async def call_refusal(self, member: str, destination: Destination,
+                           binding: CallBinding) -> str | None:
+        """Why the call a form was bound to is no longer the same call now (the source's
+        document or API base changed: ``operation_changed``, R-390), else None."""
+        ...
+
 
 class StaticDestinations:
     """The administrator's ``KAIZEN_CREDENTIAL_DESTINATIONS``, fixed for the process, plus
@@ -200,6 +214,22 @@ class StaticDestinations:
             if directory.provider == destination.provider:
                 return await directory.refusal(member, destination)
         return None
+
+    async def bind_call(self, member: str, destination: Destination, tool: str,
+                        arguments: Mapping[str, object]) -> CallBinding | str:
+        """A form bound to one call, through the directory that declared ``destination``. A
+        static destination has no operations of its own: its forms are per destination."""
+        for directory in self._attached:
+            if directory.provider == destination.provider:
+                return await directory.bind_call(member, destination, tool, arguments)
+        return "call_unknown"
+
+    async def call_refusal(self, member: str, destination: Destination,
+                           binding: CallBinding) -> str | None:
+        for directory in self._attached:
+            if directory.provider == destination.provider:
+                return await directory.call_refusal(member, destination, binding)
+        return "call_unknown"
 
     def policy_name_known(self, name: str) -> bool:
         return name.startswith(POLICY_PREFIX) and self.get(name[len(POLICY_PREFIX):]) is not None

@@ -14,6 +14,13 @@ fingerprint, and the member's admin policy for it still allows it — and only t
 nonce, by inserting the form's receipt in the same transaction that stores a remembered value
 (R-389, R-390, R-397). A refusal at any step stores nothing and leaves no receipt. A nonce is
 claimed once: a replayed submission is refused by the database's UNIQUE constraint.
+
+A form may also be issued for **one exact call** of an External OpenAPI operation
+(``credentials/call_binding.py``): its plan then binds the source, the operation, the
+digest of the source's schema document, the digest of the call's arguments and the effect
+class as well. Opening and submitting it re-check that the source still offers that very
+operation from the same document and API base (a changed source needs a new form, R-390);
+its credential is held for use once, and the broker gives it only to that call (R-387).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kaizen_server_extension.credentials.broker import CredentialBroker
+from kaizen_server_extension.credentials.call_binding import BindingMalformed, CallBinding
 from kaizen_server_extension.credentials.crypto import PlanRejected, open_plan, sign_plan
 from kaizen_server_extension.credentials.destinations import Destination
 from kaizen_server_extension.protocol.errors import MemberError
@@ -80,7 +88,15 @@ _REFUSALS: Mapping[str, tuple[int, str]] = {
                                  "issued. Ask for a new form."),
     "destination_disabled": (403, "Credentials for this destination are disabled."),
     "destination_denied": (403, "You may not enter credentials for this destination."),
+    "query_auth_disabled": (403, "Credentials sent in a URL's query string are not enabled "
+                                 "on this server."),
     "policy_check_failed": (403, "Credentials for this destination cannot be checked now."),
+    "call_unknown": (404, "This destination has no such operation for you."),
+    "operation_denied": (403, "You may not use this operation now."),
+    "call_arguments_invalid": (422, "These arguments do not fit the operation, so no form "
+                                    "can be issued for that call."),
+    "operation_changed": (409, "The operation this form was issued for changed since (its "
+                               "source's document or API base). Ask for a new form."),
 }
 
 
@@ -101,6 +117,12 @@ class OpenForm:
     @property
     def expires_at(self) -> int:
         return int(self.plan["exp"])
+
+    @property
+    def call(self) -> CallBinding | None:
+        """The one call this form is for, or None (a form for the destination)."""
+        value = self.plan.get("call")
+        return None if value is None else CallBinding.from_plan(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,18 +147,30 @@ class CredentialForms:
     def remember_enabled(self) -> bool:
         return self._remember
 
-    async def issue(self, member: str, destination_id: str, label: str = "") -> OpenForm:
-        """A fresh form for ``member`` and the destination, if they may use it now."""
+    async def issue(self, member: str, destination_id: str, label: str = "", *,
+                    call: tuple[str, Mapping[str, Any]] | None = None) -> OpenForm:
+        """A fresh form for ``member`` and the destination, if they may use it now; with
+        ``call`` (a tool name and its arguments), for that one call only (R-387)."""
         destination = await self._broker.destinations.lookup(destination_id, member)
         code = await self._broker.refusal(member, destination)
         if code is not None or destination is None:
             raise refused(code or "destination_unknown")
-        plan = {"v": PLAN_VERSION, "member": member, "destination": destination.id,
-                "fingerprint": destination.fingerprint(), "origin": destination.origin,
-                "nonce": secrets.token_urlsafe(18), "exp": int(self._clock()) + FORM_TTL_S,
-                "label": label.strip()[:MAX_LABEL_CHARS]}
+        plan: dict[str, Any] = {
+            "v": PLAN_VERSION, "member": member, "destination": destination.id,
+            "fingerprint": destination.fingerprint(), "origin": destination.origin,
+            "nonce": secrets.token_urlsafe(18), "exp": int(self._clock()) + FORM_TTL_S,
+            "label": label.strip()[:MAX_LABEL_CHARS]}
+        if call is not None:
+            bound = await self._broker.destinations.bind_call(member, destination, *call)
+            if isinstance(bound, str):
+                raise refused(bound)
+            plan["call"] = bound.plan()
         token = sign_plan(plan, self._key)
-        return OpenForm(token, plan, destination, self._remember)
+        return OpenForm(token, plan, destination, self._offers_remember(plan))
+
+    def _offers_remember(self, plan: Mapping[str, Any]) -> bool:
+        # A form for one call gives a credential for that call: used once, never kept.
+        return self._remember and plan.get("call") is None
 
     async def open(self, member: str, token: str) -> OpenForm:
         """The form behind ``token`` for ``member``, verified now (raises FormRefused)."""
@@ -159,9 +193,18 @@ class CredentialForms:
         if destination.fingerprint() != plan.get("fingerprint") \
                 or destination.origin != plan.get("origin"):
             raise refused("destination_changed")
+        if "call" in plan:
+            try:
+                binding = CallBinding.from_plan(plan["call"])
+            except BindingMalformed:
+                raise refused("form_tampered") from None
+            # The same operation, from the same document and API base, offered now (R-390).
+            code = await self._broker.destinations.call_refusal(member, destination, binding)
+            if code is not None:
+                raise refused(code)
         if await self._records.nonce_claimed(f"form:{plan['nonce']}"):
             raise refused("form_used")
-        return OpenForm(token, plan, destination, self._remember)
+        return OpenForm(token, plan, destination, self._offers_remember(plan))
 
     async def submit(self, member: str, token: str, fields: Mapping[str, str], *,
                      remember: bool) -> Submitted:
@@ -171,9 +214,11 @@ class CredentialForms:
         form = await self.open(member, token)
         destination = form.destination
         secret = _secret_fields(destination, fields)
-        if remember and not self._remember:
-            raise FormRefused("Remembering credentials is not enabled on this server.",
+        if remember and not form.remember_offered:
+            raise FormRefused("Remembering this credential is not offered (it is not enabled "
+                              "on this server, or the form is for one call).",
                               code="remember_disabled")
+        binding = form.call
         retention = "remember" if remember else "once"
         label = str(form.plan.get("label") or "") or destination.label or destination.id
         ref: str | None = None
@@ -182,18 +227,22 @@ class CredentialForms:
                 receipt = await CredentialRecords.claim_in(
                     tx, nonce=f"form:{form.plan['nonce']}", kind="form", member=member,
                     destination=destination.id, origin=destination.origin,
-                    retention=retention)
+                    retention=retention,
+                    operation=binding.tool if binding is not None else None,
+                    effect=binding.effect if binding is not None else None)
                 if retention == "remember":
                     sealed = self._broker.seal(member, destination, secret, label)
                     ref = sealed.ref
                     await CredentialRecords.remember_in(tx, sealed)
                 else:
-                    ref = self._broker.hold_once(member, destination, secret)
+                    ref = self._broker.hold_once(member, destination, secret,
+                                                 binding=binding)
                 await CredentialRecords.settle_in(tx, receipt, "stored", credential_ref=ref)
                 await tx.audit(member, "credential.entered", {
                     "credential_ref": ref, "destination": destination.id,
                     "origin": destination.origin, "retention": retention,
-                    "receipt": receipt})
+                    "receipt": receipt,
+                    **({"call": binding.public()} if binding is not None else {})})
         except NonceSpent:
             raise refused("form_used") from None
         except BaseException:

@@ -21,6 +21,10 @@ from kaizen_server_extension.credentials.broker import (
     CredentialRefused,
     live_policy,
 )
+from kaizen_server_extension.credentials.call_binding import (
+    CallIdentity,
+    call_arguments_digest,
+)
 from kaizen_server_extension.credentials.crypto import CredentialKeys, Vault, parse_key
 from kaizen_server_extension.credentials.destinations import (
     StaticDestinations,
@@ -45,6 +49,9 @@ from kaizen_server_extension.tools.types import RegisteredTool, ToolDescriptor
 DESTINATION_KEY = CREDENTIAL_DESTINATION_KEY
 #: The keyword a credential-backed tool's implementation receives its handle under.
 HANDLE_ARGUMENT = CREDENTIAL_HANDLE_ARGUMENT
+#: The descriptor key of the schema document digest an External OpenAPI tool was discovered
+#: from (``tools/openapi_sources.py``): what a form bound to one call compares (R-390).
+SCHEMA_DIGEST_KEY = "openapi_schema_digest"
 
 
 def credential_backed(registered: RegisteredTool, destination_id: str) -> RegisteredTool:
@@ -125,9 +132,14 @@ class CredentialService:
         if destination is None:
             raise CredentialRefused("This tool declares no credential destination.",
                                     "destination_unknown")
+        effect = _effect(descriptor)
+        # This exact call, for a credential a form bound to one call.
+        schema_digest = descriptor.extra.get(SCHEMA_DIGEST_KEY)
+        call = CallIdentity(descriptor.name, call_arguments_digest(arguments),
+                            schema_digest if isinstance(schema_digest, str) else "", effect)
         handle = await self.broker.handle(
             bundle.member, arguments.get(CREDENTIAL_REF_ARGUMENT), destination,
-            operation=descriptor.name, effect=_effect(descriptor), run_id=bundle.run_id)
+            operation=descriptor.name, effect=effect, run_id=bundle.run_id, call=call)
         passed = {k: v for k, v in arguments.items() if k != CREDENTIAL_REF_ARGUMENT}
         passed[HANDLE_ARGUMENT] = handle
         return CallCredential(passed, handle)

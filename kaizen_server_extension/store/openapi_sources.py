@@ -10,6 +10,7 @@ the database holds the bound (``slot``, migration 0017).
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -66,6 +67,9 @@ def _record(row: m.OpenApiSource) -> SourceRecord:
 
 
 _MISSING = "There is no such source of yours."
+#: What authorized a change the member made through the REST routes themselves; a change
+#: made by ``manage_openapi_sources`` records the pipeline's fact instead (R-377).
+MEMBER_REQUEST: Mapping[str, Any] = {"by": "member_request"}
 
 
 class OpenApiSourceStore:
@@ -73,8 +77,10 @@ class OpenApiSourceStore:
         self._store = store
 
     async def create(self, owner: str, *, schema_url: str, api_base: str,
-                     cross_origin: bool, enabled: bool = True) -> SourceRecord:
-        """A new source in the owner's lowest free slot; the 101st is refused."""
+                     cross_origin: bool, enabled: bool = True,
+                     authorization: Mapping[str, Any] = MEMBER_REQUEST) -> SourceRecord:
+        """A new source in the owner's lowest free slot; the 101st is refused. The audit row
+        records ``authorization``: what allowed the change (R-377)."""
         limit = SourceLimitReached(f"You already have {MAX_SOURCES} sources; delete one "
                                    "before adding another.")
         try:
@@ -93,7 +99,8 @@ class OpenApiSourceStore:
                                       created_at=now, updated_at=now)
                 tx.session.add(row)
                 await tx.session.flush()
-                await tx.audit(owner, "openapi_source.created", _audited(row))
+                await tx.audit(owner, "openapi_source.created",
+                               _audited(row, authorization))
                 return _record(row)
         except IntegrityError:
             # A concurrent registration took the slot: at the limit that is the limit, below
@@ -128,7 +135,8 @@ class OpenApiSourceStore:
             return (await tx.session.get(m.OpenApiSource, source_id)) is not None
 
     async def update(self, source_id: str, owner: str, *, schema_url: str, api_base: str,
-                     cross_origin: bool, enabled: bool) -> SourceRecord:
+                     cross_origin: bool, enabled: bool,
+                     authorization: Mapping[str, Any] = MEMBER_REQUEST) -> SourceRecord:
         async with self._store.transaction() as tx:
             row = (await tx.session.execute(
                 select(m.OpenApiSource).where(m.OpenApiSource.id == source_id,
@@ -139,10 +147,11 @@ class OpenApiSourceStore:
             row.schema_url, row.api_base = schema_url, api_base
             row.cross_origin, row.enabled = cross_origin, enabled
             row.updated_at = utcnow()
-            await tx.audit(owner, "openapi_source.updated", _audited(row))
+            await tx.audit(owner, "openapi_source.updated", _audited(row, authorization))
             return _record(row)
 
-    async def delete(self, source_id: str, owner: str) -> None:
+    async def delete(self, source_id: str, owner: str, *,
+                     authorization: Mapping[str, Any] = MEMBER_REQUEST) -> None:
         async with self._store.transaction() as tx:
             removed = (await tx.session.execute(
                 delete(m.OpenApiSource)
@@ -150,9 +159,11 @@ class OpenApiSourceStore:
                 .returning(m.OpenApiSource.id))).first()
             if removed is None:
                 raise SourceNotFound(_MISSING)
-            await tx.audit(owner, "openapi_source.deleted", {"source": source_id})
+            await tx.audit(owner, "openapi_source.deleted",
+                           {"source": source_id, "authorization": dict(authorization)})
 
 
-def _audited(row: m.OpenApiSource) -> dict[str, Any]:
+def _audited(row: m.OpenApiSource, authorization: Mapping[str, Any]) -> dict[str, Any]:
     return {"source": row.id, "schema_url": row.schema_url, "api_base": row.api_base,
-            "cross_origin": bool(row.cross_origin), "enabled": bool(row.enabled)}
+            "cross_origin": bool(row.cross_origin), "enabled": bool(row.enabled),
+            "authorization": dict(authorization)}

@@ -26,11 +26,13 @@ sources.md, "Egress"):
 * **Bounds**: a timeout on every request and a byte bound on every response body.
 
 The credential seam (issue 19, item 3): :meth:`Egress.send` takes an optional
-``credential`` — any object with ``apply(headers)`` (:class:`RequestCredential`) — which adds
-what a resolved credential needs to that one outgoing request after the fixed headers are set
-and before it is sent. Sources are uncredentialed for now, so every caller passes None; the
-credential quarantine attaches a resolved ``credential_ref`` here and nowhere else, so the
-value never passes through the model, the tool arguments or the result.
+``credential`` — any object with ``apply(headers)`` and ``apply_query(params)``
+(:class:`RequestCredential`) — which adds what a resolved credential needs to that one
+outgoing request after the fixed headers are set and before it is sent (a query-string key
+only under the query-auth ceiling, R-384, replacing a same-named parameter). Sources
+are registered uncredentialed; the credential quarantine attaches a resolved
+``credential_ref`` here and nowhere else, so the value never passes through the model, the
+tool arguments or the result.
 """
 
 from __future__ import annotations
@@ -89,12 +91,33 @@ class EgressFailed(Exception):
         self.sent = sent
 
 
+class _UrlQueryWithheld(logging.Filter):
+    """httpx logs every request's URL at INFO. A source's query string may carry a credential
+    under the query-auth ceiling (R-384), so a logged URL never shows its query: an operator
+    who turns httpx's INFO lines on still gets no credential in the log (R-391)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and any(isinstance(a, httpx.URL) and a.query for a in args):
+            record.args = tuple(a.copy_with(query=None) if isinstance(a, httpx.URL) else a
+                                for a in args)
+        return True
+
+
+_HTTPX_LOG_FILTER = _UrlQueryWithheld()
+if not any(isinstance(f, _UrlQueryWithheld) for f in logging.getLogger("httpx").filters):
+    logging.getLogger("httpx").addFilter(_HTTPX_LOG_FILTER)
+
+
 class RequestCredential(Protocol):
-    """What a resolved credential adds to one outgoing request (the seam of issue 19, item 3).
-    One that also has ``client_certificate()`` (``tools/mtls.py``) presents a client
-    certificate on that request's own TLS connection."""
+    """What a resolved credential adds to one outgoing request (the seam of issue 19, item 3):
+    its headers, and for a query-string API key (only under the query-auth ceiling, R-384)
+    its query parameter. One that also has ``client_certificate()`` (``tools/mtls.py``)
+    presents a client certificate on that request's own TLS connection."""
 
     def apply(self, headers: MutableMapping[str, str]) -> None: ...
+
+    def apply_query(self, params: MutableMapping[str, Any]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,8 +308,14 @@ class Egress:
         path = _checked_path(request.path)
         address = await self.resolve(origin)
         host = f"[{address}]" if address.version == 6 else str(address)
-        url = httpx.URL(f"https://{host}:{origin.port}{path}",
-                        params=list(request.query) or None)
+        query = list(request.query)
+        if credential is not None:
+            injected: dict[str, Any] = {}
+            credential.apply_query(injected)
+            # The credential's parameter replaces any same-named one, never joins it.
+            query = [(k, v) for k, v in query if k not in injected]
+            query.extend((k, str(v)) for k, v in injected.items())
+        url = httpx.URL(f"https://{host}:{origin.port}{path}", params=query or None)
         if url.host.strip("[]") != str(address) or url.port != origin.port \
                 or url.scheme != "https":
             raise EgressRefused("The request would leave the source's origin.",

@@ -20,15 +20,18 @@ exactly is omitted by itself, with its reason, and the others are unaffected (R-
   base the member registered.
 * An operation whose parameters or body can carry a credential-shaped field or a
   ``writeOnly`` value is omitted (R-347).
-* Authentication (``security`` / ``securitySchemes``) compiles into a value-free plan,
-  :class:`CompiledAuth`: the first alternative made of one supported scheme — HTTP Bearer or
-  Basic, an API key in a header or cookie, OAuth 2 / OpenID Connect access tokens (as
-  Bearer), mutual TLS (a client certificate and key, ``tools/mtls.py``). A query-string API
-  key is not supported (the query-auth ceiling is off, R-384), nor are alternatives that
-  combine schemes; an operation whose every
-  alternative is unsupported or incomplete is omitted (R-385). The plan names no value: the
-  credential quarantine (docs/credentials.md) attaches the member's credential to the one
-  request, and discovery offers such an operation only when credentials are enabled.
+* Authentication (``security`` / ``securitySchemes``) compiles into value-free plans,
+  :class:`CompiledAuth`: every alternative made of one supported scheme, in the document's
+  order — HTTP Bearer or Basic, an API key in a header, a cookie or the query string, OAuth 2
+  / OpenID Connect access tokens (as Bearer), mutual TLS (a client certificate and key,
+  ``tools/mtls.py``). Alternatives that combine schemes are not supported; an operation whose
+  every alternative is unsupported or incomplete is omitted (R-385). The compiled document is
+  shared by every member and cached, so it does not apply the deployment's ceilings:
+  discovery picks the first alternative they allow (a query-string key only with
+  ``KAIZEN_EXTERNAL_QUERY_AUTH_ENABLED``, R-384; ``OpenApiSources.offerable``). The plan names
+  no value: the credential quarantine (docs/credentials.md) attaches the member's credential
+  to the one request, and discovery offers such an operation only when credentials are
+  enabled.
 * The input schema is made self-contained (``#/components/schemas/…`` become ``$defs``) and
   must pass the catalog's own admission — the JSON Schema 2020-12 meta-schema and its size,
   depth and acyclic-reference bounds (``tools/schema.py``, R-328, R-329) — here and again when
@@ -97,9 +100,15 @@ class CompiledAuth:
     value travels. Never a value (R-386)."""
 
     scheme: str
-    kind: Literal["bearer", "basic", "header", "cookie", "mtls"]
-    #: The header or cookie name (``header``, ``cookie``).
+    kind: Literal["bearer", "basic", "header", "cookie", "query", "mtls"]
+    #: The header, cookie or query parameter name (``header``, ``cookie``, ``query``).
     name: str = ""
+
+    @property
+    def in_query(self) -> bool:
+        """A key that rides in the URL's query string: offered only under the query-auth
+        ceiling (R-384)."""
+        return self.kind == "query"
 
     def public(self) -> dict[str, Any]:
         return {"scheme": self.scheme, "kind": self.kind, "name": self.name or None}
@@ -117,8 +126,12 @@ class CompiledOperation:
     input_schema: Mapping[str, Any]
     effect: Capability
     description: str
-    #: The authentication the operation needs, or None (an anonymous operation).
+    #: The authentication the operation needs, or None (an anonymous operation). As
+    #: compiled: the first supported alternative; as offered (``OpenApiSources.offerable``):
+    #: the first one the deployment's ceilings allow.
     auth: CompiledAuth | None = None
+    #: Every supported alternative, in the document's order (empty when anonymous).
+    auth_alternatives: tuple[CompiledAuth, ...] = ()
 
     def public(self) -> dict[str, Any]:
         shown: dict[str, Any] = {"operation_id": self.operation_id, "method": self.method,
@@ -252,7 +265,7 @@ def _compile(path: str, method: str, item: Mapping[str, Any], operation: Any,
     if not isinstance(operation_id, str) or not OPERATION_ID_RE.fullmatch(operation_id):
         raise _Omit("no operationId that can be a tool name")
     effect = _effect(method, operation)
-    auth = _authentication(operation.get("security", root_security), components)
+    alternatives = _authentication(operation.get("security", root_security), components)
 
     properties: dict[str, Any] = {}
     required: list[str] = []
@@ -317,11 +330,19 @@ def _compile(path: str, method: str, item: Mapping[str, Any], operation: Any,
     problem = schema_problem(input_schema)
     if problem is not None:
         raise _Omit(f"input schema: {problem[:200]}")
+    if alternatives:
+        # A query key named like one of the operation's own query parameters would collide
+        # with a model-supplied value: that alternative is not usable.
+        own_query = {p.name for p in parameters if p.location == "query"}
+        alternatives = tuple(a for a in alternatives
+                             if not (a.in_query and a.name in own_query))
+        if not alternatives:
+            raise _Omit("requires authentication no supported scheme provides")
     return CompiledOperation(
         operation_id=operation_id, method=method.upper(), path=path,
         parameters=tuple(parameters), takes_body=takes_body, body_required=body_required,
         input_schema=input_schema, effect=effect, description=_description(operation),
-        auth=auth)
+        auth=alternatives[0] if alternatives else None, auth_alternatives=alternatives)
 
 
 def _effect(method: str, operation: Mapping[str, Any]) -> Capability:
@@ -338,27 +359,31 @@ def _effect(method: str, operation: Mapping[str, Any]) -> Capability:
     return Capability.WRITE
 
 
-def _authentication(security: Any, components: Mapping[str, Any]) -> CompiledAuth | None:
-    """The operation's authentication plan: None when it may be called anonymously (no
-    requirement, or an empty alternative), else the first alternative of one supported
-    scheme; none supported omits the operation (R-385)."""
+def _authentication(security: Any,
+                    components: Mapping[str, Any]) -> tuple[CompiledAuth, ...]:
+    """The operation's authentication plans: none when it may be called anonymously (no
+    requirement, or an empty alternative), else every alternative of one supported scheme in
+    order; none supported omits the operation (R-385)."""
     if security is None:
-        return None
+        return ()
     if not isinstance(security, list):
         raise _Omit("security is not a list")
     if not security or any(isinstance(req, Mapping) and not req for req in security):
-        return None
+        return ()
     schemes = components.get("securitySchemes")
     schemes = schemes if isinstance(schemes, Mapping) else {}
+    found: list[CompiledAuth] = []
     for requirement in security:
         # An alternative that combines schemes needs them all: not supported here.
         if not isinstance(requirement, Mapping) or len(requirement) != 1:
             continue
         [name] = requirement
         auth = _scheme(str(name), schemes.get(name))
-        if auth is not None:
-            return auth
-    raise _Omit("requires authentication no supported scheme provides")
+        if auth is not None and auth not in found:
+            found.append(auth)
+    if not found:
+        raise _Omit("requires authentication no supported scheme provides")
+    return tuple(found)
 
 
 def _scheme(name: str, scheme: Any) -> CompiledAuth | None:
@@ -380,7 +405,10 @@ def _scheme(name: str, scheme: Any) -> CompiledAuth | None:
             return CompiledAuth(name, "header", key)
         if where == "cookie":
             return CompiledAuth(name, "cookie", key)
-        return None  # a query-string key: the query-auth ceiling is off (R-384)
+        if where == "query":
+            # Compiled, but offered only under the query-auth ceiling (R-384).
+            return CompiledAuth(name, "query", key)
+        return None
     if kind == "mutualTLS":
         return CompiledAuth(name, "mtls")  # a client certificate on the request's connection
     return None  # anything unknown

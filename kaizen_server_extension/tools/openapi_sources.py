@@ -35,6 +35,7 @@ and failure path as a built-in tool.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import logging
@@ -67,6 +68,7 @@ from kaizen_server_extension.tools.egress import (
 )
 from kaizen_server_extension.tools.openapi_compiler import (
     BODY,
+    CompiledAuth,
     CompiledDocument,
     CompiledOperation,
 )
@@ -208,12 +210,14 @@ def with_credential_ref(schema: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def descriptor_for(source: SourceRecord, operation: CompiledOperation,
-                   timeout_s: float) -> ToolDescriptor | None:
+                   timeout_s: float, schema_digest: str = "") -> ToolDescriptor | None:
     name = tool_name(source.id, operation.operation_id)
     if name is None:
         return None
     extra: dict[str, Any] = {"openapi_source": source.id,
-                             "openapi_operation": operation.operation_id}
+                             "openapi_operation": operation.operation_id,
+                             # What a credential form bound to one call compares (R-390).
+                             "openapi_schema_digest": schema_digest}
     schema: Mapping[str, Any] = operation.input_schema
     if operation.auth is not None:
         extra[CREDENTIAL_DESTINATION_KEY] = credential_destination(source.id,
@@ -257,7 +261,8 @@ class OpenApiSources:
 
     def __init__(self, store: OpenApiSourceStore, egress: Egress, cache: SchemaCache, *,
                  cross_origin_enabled: bool = False, timeout_s: float = 30.0,
-                 credentials_enabled: bool = False) -> None:
+                 credentials_enabled: bool = False,
+                 query_auth_enabled: bool = False) -> None:
         self._store = store
         self._egress = egress
         self._cache = cache
@@ -265,6 +270,8 @@ class OpenApiSources:
         self._timeout_s = timeout_s
         # Operations that need a credential are offered only with the quarantine on.
         self._credentials_enabled = credentials_enabled
+        # A query-string API key is offered only under this admin ceiling (R-384).
+        self._query_auth_enabled = query_auth_enabled
 
     @property
     def store(self) -> OpenApiSourceStore:
@@ -296,6 +303,16 @@ class OpenApiSources:
 
     def _cross_origin_allowed(self, consent: bool) -> bool:
         return consent and self._cross_origin_enabled
+
+    @property
+    def query_auth_enabled(self) -> bool:
+        """Whether the query-auth ceiling (``KAIZEN_EXTERNAL_QUERY_AUTH_ENABLED``) is on."""
+        return self._query_auth_enabled
+
+    def auth_allowed(self, auth: CompiledAuth) -> bool:
+        """Whether the deployment's ceilings allow this authentication alternative now: a
+        query-string key only under the query-auth ceiling (R-384)."""
+        return self._query_auth_enabled or not auth.in_query
 
     def usable(self, source: SourceRecord) -> bool:
         """Whether a stored source may be used now: enabled, and cross-origin only while the
@@ -349,7 +366,8 @@ class OpenApiSources:
                 down.append(source.id)
                 continue
             for operation in self.offerable(document)[0]:
-                descriptor = descriptor_for(source, operation, self._timeout_s)
+                descriptor = descriptor_for(source, operation, self._timeout_s,
+                                            document.digest)
                 if descriptor is None or not self.grants(ceiling, source.id, descriptor.name):
                     continue
                 tools.append(RegisteredTool(descriptor=descriptor,
@@ -359,14 +377,29 @@ class OpenApiSources:
     def offerable(self, document: CompiledDocument) -> tuple[
             tuple[CompiledOperation, ...], tuple[tuple[str, str], ...]]:
         """The operations that can be offered here, and (where, reason) for those that
-        cannot: one that requires authentication needs the credential quarantine on."""
-        if self._credentials_enabled:
-            return document.operations, ()
-        usable = tuple(op for op in document.operations if op.auth is None)
-        unavailable = tuple((f"{op.method} {op.path}",
-                             "requires authentication, and credentials are not enabled")
-                            for op in document.operations if op.auth is not None)
-        return usable, unavailable
+        cannot: one that requires authentication needs the credential quarantine on, and its
+        authentication becomes the first alternative the ceilings allow — a query-string key
+        only under the query-auth ceiling (R-384); none allowed omits it."""
+        usable: list[CompiledOperation] = []
+        unavailable: list[tuple[str, str]] = []
+        for op in document.operations:
+            where = f"{op.method} {op.path}"
+            if op.auth is None:
+                usable.append(op)
+            elif not self._credentials_enabled:
+                unavailable.append(
+                    (where, "requires authentication, and credentials are not enabled"))
+            else:
+                allowed = [a for a in op.auth_alternatives or (op.auth,)
+                           if self.auth_allowed(a)]
+                if allowed:
+                    usable.append(op if allowed[0] == op.auth
+                                  else dataclasses.replace(op, auth=allowed[0]))
+                else:
+                    unavailable.append((where, "its only supported authentication is a "
+                                               "query-string API key, and query-string "
+                                               "credentials are not enabled"))
+        return tuple(usable), tuple(unavailable)
 
     async def _document(self, source: SourceRecord) -> CompiledDocument | None:
         try:

@@ -53,7 +53,7 @@ import json
 import logging
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from kaizen_server_extension.policy.approvals import (
@@ -87,6 +87,11 @@ from kaizen_server_extension.protocol.tools import (
     ToolOutcome,
 )
 from kaizen_server_extension.tools import settlement
+from kaizen_server_extension.tools.authorization import (
+    AuthorizedBy,
+    CallAuthorization,
+    authorized_as,
+)
 from kaizen_server_extension.tools.ledger import TurnLedger
 from kaizen_server_extension.tools.metrics import (
     UNKNOWN_TOOL_LABEL,
@@ -137,12 +142,6 @@ DEFAULT_PROJECTION_LIMIT = 16_000
 _PRIVATE_ROOM_CLASSES = frozenset({RoomClass.ACTOR_PRIVATE_READ, RoomClass.UNKNOWN})
 
 
-@dataclass(frozen=True, slots=True)
-class _AnsweredByGrant:
-    """The approval gate was answered by the member's "allow for this conversation"."""
-
-
-_BY_GRANT = _AnsweredByGrant()
 #: How a grant-answered call's audit row says so, distinct from a one-shot approval (R-377).
 GRANT_AUDIT_KEY = "approved_by"
 GRANT_AUDIT_VALUE = "conversation_grant"
@@ -275,6 +274,8 @@ class ToolPipeline:
             return settlement.denied(request, denied, descriptor)
         if isinstance(gate, Settlement):
             return gate
+        authorization = CallAuthorization(gate.by, gate.mode, gate.approval_id,
+                                          bundle.run_id)
         try:
             refused = await self._guard_write(bundle, request, registered, arguments)
         except PolicyDenied as denied:
@@ -288,8 +289,8 @@ class ToolPipeline:
             if unusable is not None:
                 return unusable
         settled = await self._execute(bundle, request, registered, arguments, audit,
-                                      credential)
-        if gate is _BY_GRANT:
+                                      credential, authorization)
+        if gate.by is AuthorizedBy.CONVERSATION_GRANT:
             settled = replace(settled, raw={GRANT_AUDIT_KEY: GRANT_AUDIT_VALUE,
                                             "raw": settled.raw})
         return await self._check_result(bundle, request, descriptor, settled)
@@ -424,9 +425,10 @@ class ToolPipeline:
         descriptor: ToolDescriptor,
         arguments: Mapping[str, Any],
         facts: CallFactsView | None,
-    ) -> Settlement | _AnsweredByGrant | None:
-        """Raise PolicyDenied/ApprovalPending, return a declined result, :data:`_BY_GRANT`
-        when the member's conversation grant answered, or None to execute."""
+    ) -> Settlement | CallAuthorization:
+        """Raise PolicyDenied/ApprovalPending, return a declined result, or what authorizes
+        the call to execute (R-377): no decision needed, the member's Never ask mode, their
+        conversation grant, or the one-shot approval consumed for it."""
         try:
             mode = await self._modes.mode_for(bundle.member, facts)
         except Exception:
@@ -439,14 +441,22 @@ class ToolPipeline:
         # An operator guardrail's demand for approval holds under every member mode.
         demanded = isinstance(verdict, NeedsApproval)
         if not (decide(mode, descriptor).needs_approval or demanded):
-            return None
+            # Never ask is a distinct, explicitly chosen authorization, not "no decision":
+            # it is what let a call run that the other modes would have asked about.
+            asked_otherwise = decide(ApprovalMode.ASK_FOR_WRITES, descriptor).needs_approval
+            by = (AuthorizedBy.NEVER_ASK if mode is ApprovalMode.NEVER_ASK and asked_otherwise
+                  else AuthorizedBy.NOT_REQUIRED)
+            return CallAuthorization(by, str(mode))
         # The member's own standing answer for this tool here stands in for their decision,
         # never for an operator's. It comes only from this call's journaled facts, so a re-run
         # after an approval (fresh facts, no grant read) consumes its one-shot receipt.
         if (not demanded and grantable(descriptor.capability) and facts is not None
                 and facts.member == bundle.member and facts.granted(request.name) is True):
-            return _BY_GRANT
-        return await self._approval(bundle, request, descriptor, arguments)
+            return CallAuthorization(AuthorizedBy.CONVERSATION_GRANT, str(mode))
+        consumed = await self._approval(bundle, request, descriptor, arguments)
+        if isinstance(consumed, Settlement):
+            return consumed
+        return CallAuthorization(AuthorizedBy.ONE_SHOT_APPROVAL, str(mode), consumed)
 
     async def _approval(
         self,
@@ -454,7 +464,9 @@ class ToolPipeline:
         request: ToolCallRequest,
         descriptor: ToolDescriptor,
         arguments: Mapping[str, Any],
-    ) -> Settlement | None:
+    ) -> Settlement | str:
+        """The id of the one-shot approval consumed for this call, or a declined result
+        (raises ApprovalPending while it is asked, PolicyDenied when it cannot be used)."""
         store = self._approvals
         if store is None:
             raise PolicyDenied("approval_unavailable",
@@ -494,7 +506,7 @@ class ToolPipeline:
             raise PolicyDenied("approval_unavailable",
                                "This action needs the member's approval and approvals are "
                                "unavailable, so it was not run.") from None
-        return None
+        return receipt.approval_id
 
     # --- a task's posture ------------------------------------------------------------------
 
@@ -591,12 +603,18 @@ class ToolPipeline:
         arguments: Mapping[str, Any],
         audit: AuditSink,
         credential: CallCredentialView | None = None,
+        authorization: CallAuthorization | None = None,
     ) -> Settlement:
         descriptor = registered.descriptor
         timeout = descriptor.effective_timeout_s
         running = (self._executor(registered, bundle, arguments) if credential is None
                    else self._with_credential(registered, bundle, credential))
-        task: asyncio.Future[object] = asyncio.ensure_future(running)
+        if authorization is None:
+            task: asyncio.Future[object] = asyncio.ensure_future(running)
+        else:
+            # The call's own task carries what authorized it, and no other task does.
+            with authorized_as(authorization):
+                task = asyncio.ensure_future(running)
         waiters: set[asyncio.Future[Any]] = {task}
         stop = asyncio.ensure_future(self._cancelled.wait()) if self._cancelled else None
         if stop is not None:

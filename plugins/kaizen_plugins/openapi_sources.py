@@ -7,6 +7,12 @@ own store, so it reaches the shared approval gate under the member's permission 
 external effect; the member's REST routes and this tool apply exactly the same rules
 (``OpenApiSources.checked_urls``: uncredentialed HTTPS only, the egress ports and addresses,
 same origin; at most 100 sources). No argument names a member: the sources are the caller's.
+
+Every change's audit row (``openapi_source.created`` / ``.updated`` / ``.deleted``) records
+what authorized it, as the pipeline decided it for this one call
+(``tools/authorization.py``): a one-shot approval (with its id) or the member's Never ask
+mode or conversation grant, kept distinct (R-377). A call the pipeline did not authorize
+that way changes nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from kaizen_server_extension.tools import (
     hookimpl,
     tool,
 )
+from kaizen_server_extension.tools.authorization import AuthorizedBy, current_authorization
 from kaizen_server_extension.tools.hookspecs import ToolRegistrar
 
 SourceId = Annotated[str, Field(pattern=r"^s[0-9a-f]{10}$")]
@@ -61,6 +68,13 @@ async def manage_openapi_sources(
     OpenAPI document, and optionally api_base), update (source_id, schema_url, optional
     api_base), enable / disable / delete (source_id). URLs must be https:// without user
     information, a query or a fragment; sources carry no credentials."""
+    authorized = current_authorization()
+    if authorized is None or authorized.by is AuthorizedBy.NOT_REQUIRED:
+        # Only the approval gate lets a source change: outside it, nothing changes.
+        raise MemberSafeError("Changing external API sources needs the member's approval "
+                              "(or their Never ask mode); nothing was changed.",
+                              code="approval_required")
+    authorization = authorized.audit()
     sources = _sources(ctx)
     store = sources.store
     try:
@@ -71,13 +85,14 @@ async def manage_openapi_sources(
                                       domain="caller")
             urls = sources.checked_urls(schema_url, api_base, cross_origin)
             record = await store.create(ctx.member, schema_url=urls.schema_url,
-                                        api_base=urls.api_base, cross_origin=urls.cross_origin)
+                                        api_base=urls.api_base, cross_origin=urls.cross_origin,
+                                        authorization=authorization)
             return {"created": record.public()}
         if source_id is None:
             raise MemberSafeError(f"{action} needs the source_id.", code="invalid_arguments",
                                   domain="caller")
         if action == "delete":
-            await store.delete(source_id, ctx.member)
+            await store.delete(source_id, ctx.member, authorization=authorization)
             return {"deleted": source_id}
         current = await store.get_for(source_id, ctx.member)
         if action == "update":
@@ -91,7 +106,8 @@ async def manage_openapi_sources(
         record = await store.update(
             source_id, ctx.member, schema_url=urls.schema_url, api_base=urls.api_base,
             cross_origin=urls.cross_origin,
-            enabled=current.enabled if action == "update" else action == "enable")
+            enabled=current.enabled if action == "update" else action == "enable",
+            authorization=authorization)
         return {"updated": record.public()}
     except MemberError as exc:
         # A refusal the member would get over REST: nothing was changed.

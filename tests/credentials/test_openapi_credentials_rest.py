@@ -29,8 +29,13 @@ DEFAULT = {"responses": [{"text": "Default."}]}
 
 
 def _document() -> dict[str, Any]:
-    return items_document(**{"/api/whoami": {"get": {"operationId": "whoAmI",
-                                                     "security": [{"key": []}]}}})
+    document = items_document(**{
+        "/api/whoami": {"get": {"operationId": "whoAmI", "security": [{"key": []}]}},
+        # A query-string key: offered because this server turns the query-auth ceiling on.
+        "/api/headers": {"get": {"operationId": "queryKeyed", "security": [{"qkey": []}]}}})
+    document["components"]["securitySchemes"]["qkey"] = {
+        "type": "apiKey", "in": "query", "name": "api_key"}
+    return document
 
 
 class World:
@@ -73,6 +78,7 @@ def world(request: pytest.FixtureRequest,
                 **policy_env(root, [service.origin]),
                 "KAIZEN_OPENAPI_SCHEMA_FRESH_SECONDS": "0",
                 "KAIZEN_CREDENTIALS_ENABLED": "1",
+                "KAIZEN_EXTERNAL_QUERY_AUTH_ENABLED": "1",
                 "KAIZEN_CREDENTIAL_KEY": new_key_text()}) as server:
             with server.client("alice") as alice:
                 assert alice.put("members/me/settings",
@@ -89,10 +95,12 @@ def source(world: World) -> Iterator[dict[str, Any]]:
         alice.delete(f"{SOURCES}/{created.json()['id']}")
 
 
-def _destination(world: World, member: str, source_id: str) -> dict[str, Any] | None:
+def _destination(world: World, member: str, source_id: str,
+                 kind: str = "header") -> dict[str, Any] | None:
     with world.server.client(member) as client:
         listed = client.get("credentials/destinations").json()
-    return next((d for d in listed if d["id"].startswith(f"oas-{source_id}-")), None)
+    return next((d for d in listed if d["id"].startswith(f"oas-{source_id}-")
+                 and d["scheme"]["kind"] == kind), None)
 
 
 def _form(world: World, destination: str) -> str:
@@ -187,3 +195,68 @@ def test_the_admin_tree_revokes_a_rendered_form(world: World, source: dict[str, 
             dave.delete(f"admin/tool-policies/{selector}/alice")
     # The nonce was never claimed: allowed again, the same form works once.
     assert world.form_submit("alice", form_url, value=SECRET).status_code == 200
+
+
+@pytest.mark.rule("R-387", "R-388")
+def test_a_form_for_one_call_serves_that_call_only(world: World,
+                                                  source: dict[str, Any]) -> None:
+    destination = _destination(world, "alice", source["id"])
+    assert destination is not None
+    tool = f"openapi__{source['id']}__whoAmI"
+    with world.server.client("alice") as alice:
+        issued = alice.post("credentials/forms", json={
+            "destination": destination["id"], "call": {"tool": tool, "arguments": {}}})
+        assert issued.status_code == 201, issued.text
+        body = issued.json()
+        assert body["call"]["tool"] == tool and body["call"]["operation"] == "whoAmI"
+        assert body["call"]["effect"] == "read" and body["remember_offered"] is False
+        # An anonymous operation takes no credential: no form binds it.
+        anonymous = alice.post("credentials/forms", json={
+            "destination": destination["id"],
+            "call": {"tool": f"openapi__{source['id']}__getItem",
+                     "arguments": {"id": "1"}}})
+        assert anonymous.status_code == 404
+        assert anonymous.json()["error"]["code"] == "call_unknown"
+    page = httpx.get(world.server.base_url.rstrip("/") + body["form_url"],
+                     headers={"Authorization": f"token {member_token('alice')}"}, timeout=30)
+    # The destination origin comes first, then the one call the form is for.
+    assert page.text.index('id="destination-origin"') < page.text.index('id="kz-call"')
+    assert tool in page.text
+    ref = _ref(world.form_submit("alice", body["form_url"], value=SECRET))
+    # Another operation of the same destination cannot use it; nothing is sent.
+    before = len(world.service.received("/api/private"))
+    [other] = world.turn("alice", f"openapi__{source['id']}__privateThing",
+                         {"credential_ref": ref})
+    assert other["outcome"] != "ok" and "entered for one call" in other["content"], other
+    assert len(world.service.received("/api/private")) == before
+    # The call it was entered for goes out once, with the value.
+    sent = len(world.service.received("/api/whoami"))
+    [settled] = world.turn("alice", tool, {"credential_ref": ref})
+    assert settled["outcome"] == "ok", settled
+    received = world.service.received("/api/whoami")[sent:]
+    assert [r.headers.get("x-key") for r in received] == [SECRET]
+    assert _leaks(settled["content"], SECRET) == []
+
+
+@pytest.mark.rule("R-384", "R-386", "R-391")
+def test_with_the_query_auth_ceiling_on_a_query_key_goes_in_the_one_requests_query(
+        world: World, source: dict[str, Any]) -> None:
+    with world.server.client("alice") as alice:
+        listed = alice.get("credentials/destinations").json()
+    [query] = [d for d in listed if d["id"].startswith(f"oas-{source['id']}-")
+               and d["scheme"]["kind"] == "query"]
+    assert query["scheme"]["name"] == "api_key"
+    ref = _ref(world.form_submit("alice", _form(world, query["id"]), value=SECRET))
+    tool = f"openapi__{source['id']}__queryKeyed"
+    sent = len(world.service.received("/api/headers"))
+    [settled] = world.turn("alice", tool, {"credential_ref": ref})
+    assert settled["outcome"] == "ok", settled
+    [received] = world.service.received("/api/headers")[sent:]
+    assert received.query == [("api_key", SECRET)]
+    # Neither the model, nor the result, nor the server's log saw the key or its parameter.
+    offered = {t["function"]["name"]: t["function"]["parameters"]
+               for body in world.fake.requests() for t in body.get("tools") or []}
+    assert "api_key" not in json.dumps(offered[tool])
+    assert _leaks(settled["content"], SECRET) == []
+    assert _leaks(json.dumps(world.fake.requests()), SECRET) == []
+    assert _leaks(world.server.log(), SECRET) == []

@@ -122,7 +122,8 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/api/whoami":
             # Echoes the credential it got (the credential tests' echo guard must scrub it).
             self._json(200, {"x_key": self.headers.get("X-Key"),
-                             "authorization": self.headers.get("Authorization")})
+                             "authorization": self.headers.get("Authorization"),
+                             "query": dict(query)})
             return
         if path == "/api/peer":
             # The client certificate the connection came with (mutual TLS), by common name.

@@ -681,3 +681,60 @@ def test_without_a_valid_signed_policy_nothing_is_fetched_or_sent(
     finally:
         policy.write_text(signed, encoding="ascii")
     assert alice.get(operations).status_code == 200
+
+
+def _source_audit(world: World, source_id: str) -> list[tuple[str, dict[str, Any]]]:
+    async def read(store: Store) -> list[tuple[str, dict[str, Any]]]:
+        async with store.transaction() as tx:
+            rows = (await tx.session.execute(
+                select(m.AuditEvent.action, m.AuditEvent.data)
+                .where(m.AuditEvent.actor == "alice",
+                       m.AuditEvent.action.like("openapi_source.%"))
+                .order_by(m.AuditEvent.id))).all()
+            return [(a, dict(d)) for a, d in rows if dict(d).get("source") == source_id]
+    return with_server_store(world.server, read)
+
+
+@pytest.mark.rule("R-377")
+def test_a_source_change_audits_a_one_shot_approval_apart_from_never_ask(
+        world: World, alice: httpx.Client) -> None:
+    url = world.service.url("/other.yaml")
+    world.script({"match": "register the ping api", "responses": [
+        _call("manage_openapi_sources", {"action": "create", "schema_url": url}),
+        {"text": "Registered."}]})
+    room = _room(alice)
+    accepted = _send(alice, room, "register the ping api")
+    approval = _pending_approval(alice, accepted["run_id"])
+    assert alice.post(f"approvals/{approval['id']}",
+                      json={"decision": "approve"}).status_code == 200
+    assert _settled(alice, accepted["run_id"], timeout=120)["status"] == "completed"
+    [source] = alice.get(SOURCES).json()
+    [(action, created)] = _source_audit(world, source["id"])
+    assert action == "openapi_source.created"
+    assert created["authorization"] == {"by": "one_shot_approval", "mode": "ask_for_writes",
+                                        "approval_id": approval["id"],
+                                        "run_id": accepted["run_id"]}
+
+    mode = alice.get("members/me/settings").json()["approval_mode"]
+    assert alice.put("members/me/settings",
+                     json={"approval_mode": "never_ask"}).status_code == 200
+    try:
+        world.script({"match": "disable the ping api", "responses": [
+            _call("manage_openapi_sources", {"action": "disable",
+                                             "source_id": source["id"]}),
+            {"text": "Disabled."}]})
+        run_id, run = _run(alice, room, "disable the ping api")
+        assert run["status"] == "completed", run
+        # Nothing was asked: the member's Never ask mode allowed it.
+        assert [e for e in _events(alice, room, run_id)
+                if e["type"].startswith("approval.")] == []
+    finally:
+        alice.put("members/me/settings", json={"approval_mode": mode})
+    assert alice.get(f"{SOURCES}/{source['id']}").json()["enabled"] is False
+    assert alice.delete(f"{SOURCES}/{source['id']}").status_code == 204
+    audit = _source_audit(world, source["id"])
+    assert [(a, d["authorization"]) for a, d in audit[1:]] == [
+        ("openapi_source.updated", {"by": "never_ask", "mode": "never_ask",
+                                    "run_id": run_id}),
+        # The member's own REST call, a third kind.
+        ("openapi_source.deleted", {"by": "member_request"})]

@@ -21,6 +21,11 @@ from kaizen_server_extension.policy.guardrails import (
     NeedsApproval,
 )
 from kaizen_server_extension.protocol.tools import Capability, ToolOutcome, WriteCategory
+from kaizen_server_extension.tools.authorization import (
+    AuthorizedBy,
+    CallAuthorization,
+    current_authorization,
+)
 from tests.policy.fakes import BUNDLE, Harness, harness, make_tool, raising, returning
 
 EXTERNAL = dict(capability=Capability.WRITE, write_category=WriteCategory.EXTERNAL_EFFECT)
@@ -227,3 +232,34 @@ async def test_approvals_are_bound_to_the_run():
     h.approvals.records[0].run_id = "another-run"
     await ask(h)
     assert h.executed == [] and BUNDLE.run_id == "run-1"
+
+
+def _recording(seen: list[CallAuthorization | None]) -> Any:
+    async def impl(arguments: Mapping[str, Any]) -> object:
+        seen.append(current_authorization())
+        return {"ok": True}
+
+    return impl
+
+
+@pytest.mark.rule("R-377")
+async def test_the_running_call_knows_what_authorized_it_one_shot_apart_from_never_ask():
+    seen: list[CallAuthorization | None] = []
+    tools = (make_tool("federated_write", _recording(seen), **EXTERNAL, first_party=True),
+             make_tool("search", _recording(seen)))
+    asking = harness(*tools)
+    pending = await ask(asking)
+    assert asking.approvals is not None
+    asking.approvals.decide(pending.approval_id, ApprovalStatus.APPROVED)
+    assert (await asking.call("federated_write", ARGS, step=2)).outcome is ToolOutcome.OK
+    assert (await asking.call("search")).outcome is ToolOutcome.OK
+    never = harness(*tools, mode=ApprovalMode.NEVER_ASK)
+    assert (await never.call("federated_write", ARGS)).outcome is ToolOutcome.OK
+    assert seen == [
+        CallAuthorization(AuthorizedBy.ONE_SHOT_APPROVAL, "ask_for_writes",
+                          pending.approval_id, BUNDLE.run_id),
+        CallAuthorization(AuthorizedBy.NOT_REQUIRED, "ask_for_writes", None, BUNDLE.run_id),
+        CallAuthorization(AuthorizedBy.NEVER_ASK, "never_ask", None, BUNDLE.run_id),
+    ]
+    # The fact belongs to the call's own task: nothing outside it sees one.
+    assert current_authorization() is None
