@@ -74,6 +74,9 @@ def notebook_kernel(server: ServerProcess, root: Path, path: str) -> Iterator[
         client = BlockingKernelClient(
             connection_file=str(root / "runtime" / f"kernel-{kernel_id}.json"))
         client.load_connection_file()
+        # A loaded machine answers a heartbeat late, not never: the default 1 s would call a
+        # busy kernel dead ("Kernel died before replying to kernel_info").
+        client.hb_channel.time_to_dead = 10.0
         client.start_channels()
         try:
             client.wait_for_ready(timeout=60)

@@ -159,7 +159,9 @@ def test_a_guess_is_not_streamed_live_either(served: tuple[ServerProcess, FakeOp
     guessed = _live_answer(server, "search", "how many pelicans live here?")
     chatted = _live_answer(server, "general", "hi")
     assert not [f for f in guessed if f["type"] == "answer.delta"]
-    assert all("300" not in str(f.get("data")) for f in guessed)
+    # Words of the guess, not "300" alone: an id or a timestamp in a frame may hold that.
+    assert all("about 300" not in str(f.get("data")) and "juveniles" not in str(f.get("data"))
+               for f in guessed)
     [committed] = [f for f in guessed if f["type"] == "answer.committed"]
     assert committed["data"]["text"] == NO_SUPPORT_ANSWER
     # The control: an ordinary answer streams as it is written.
