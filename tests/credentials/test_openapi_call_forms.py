@@ -45,6 +45,7 @@ from kaizen_server_extension.tools.openapi_sources import (
 )
 from kaizen_server_extension.tools.types import ToolDescriptor
 from tests.policy.fakes import BUNDLE
+from tests.support.egress_policy import signed_ceiling
 from tests.support.openapi_server import OpenApiService, items_document
 
 SECRET = "call-bound-5e0a-credential-value"
@@ -108,7 +109,8 @@ class World:
 @pytest.fixture
 async def world(store: Store, service: OpenApiService) -> AsyncIterator[World]:
     egress = Egress(EgressPolicy.build(("127.0.0.1/32",), (service.port,),
-                                       ca_file=str(service.ca_file), timeout_s=10))
+                                       ca_file=str(service.ca_file), timeout_s=10),
+                    signed_ceiling(service.ca_file.parent, [service.origin]))
     # Every read fetches the document again: a changed document is seen at once.
     cache = SchemaCache(egress, fresh_s=0, stale_s=0)
     sources = OpenApiSources(OpenApiSourceStore(store), egress, cache,

@@ -38,6 +38,7 @@ from kaizen_server_extension.tools.openapi_sources import (
     credential_destination,
     tool_name,
 )
+from tests.support.egress_policy import signed_ceiling
 from tests.support.openapi_server import OpenApiService, items_document
 
 SECRET = "qk-7a31-query-string-credential-value"
@@ -88,7 +89,8 @@ class World:
 @pytest.fixture
 async def world(store: Store, service: OpenApiService) -> AsyncIterator[World]:
     egress = Egress(EgressPolicy.build(("127.0.0.1/32",), (service.port,),
-                                       ca_file=str(service.ca_file), timeout_s=10))
+                                       ca_file=str(service.ca_file), timeout_s=10),
+                    signed_ceiling(service.ca_file.parent, [service.origin]))
     cache = SchemaCache(egress, fresh_s=60, stale_s=0)
     key = new_key_text()
 
@@ -223,7 +225,8 @@ def test_the_query_auth_ceiling_is_off_by_default_and_a_bad_value_stops_start_up
 async def test_the_egress_door_puts_the_key_in_the_query_replacing_a_same_named_value(
         service: OpenApiService) -> None:
     egress = Egress(EgressPolicy.build(("127.0.0.1/32",), (service.port,),
-                                       ca_file=str(service.ca_file), timeout_s=10))
+                                       ca_file=str(service.ca_file), timeout_s=10),
+                    signed_ceiling(service.ca_file.parent, [service.origin]))
     destination = Destination("q", service.origin, Scheme("query", "api_key"))
     try:
         response = await egress.send(
@@ -244,7 +247,8 @@ async def test_the_egress_door_puts_the_key_in_the_query_replacing_a_same_named_
 async def test_a_query_key_never_reaches_a_log_line(service: OpenApiService,
                                                     caplog: pytest.LogCaptureFixture) -> None:
     egress = Egress(EgressPolicy.build(("127.0.0.1/32",), (service.port,),
-                                       ca_file=str(service.ca_file), timeout_s=10))
+                                       ca_file=str(service.ca_file), timeout_s=10),
+                    signed_ceiling(service.ca_file.parent, [service.origin]))
     destination = Destination("q", service.origin, Scheme("query", "api_key"))
     caplog.set_level(logging.DEBUG)
     try:

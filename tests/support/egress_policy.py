@@ -55,6 +55,13 @@ def allowing(directory: Path, origins: Iterable[str],
     return signer, signer.write(directory / "egress-policy.signed", origins, networks)
 
 
+def signed_ceiling(directory: Path, origins: Iterable[str],
+                   networks: Iterable[str] = ("127.0.0.1/32",)) -> EgressCeiling:
+    """An egress door's ceiling: a signed policy written in ``directory`` for ``origins``."""
+    signer, path = allowing(directory, origins, networks)
+    return signer.ceiling(path)
+
+
 def policy_env(directory: Path, origins: Iterable[str],
                networks: Iterable[str] = ("127.0.0.1/32",)) -> dict[str, str]:
     """The settings of a server whose signed egress policy allows ``origins``."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ from kaizen_server_extension.tools.authorization import (
 from kaizen_server_extension.tools.egress import Egress, EgressPolicy
 from kaizen_server_extension.tools.openapi_schema_cache import SchemaCache
 from kaizen_server_extension.tools.openapi_sources import OpenApiSources
+from tests.support.egress_policy import signed_ceiling
 
 SCHEMA_URL = "https://api.example.com/openapi.json"
 
@@ -39,8 +41,10 @@ class Context:
 
 
 @pytest.fixture
-async def sources(store: Store) -> AsyncIterator[OpenApiSources]:
-    egress = Egress(EgressPolicy.build((), (443,), ca_file="", timeout_s=5))
+async def sources(store: Store, tmp_path: Path) -> AsyncIterator[OpenApiSources]:
+    # No source is ever fetched here; the door still needs its signed ceiling.
+    egress = Egress(EgressPolicy.build((), (443,), ca_file="", timeout_s=5),
+                    signed_ceiling(tmp_path, []))
     try:
         yield OpenApiSources(OpenApiSourceStore(store), egress,
                              SchemaCache(egress, fresh_s=0, stale_s=0))
