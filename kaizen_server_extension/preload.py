@@ -47,6 +47,14 @@ def _load() -> None:
             importlib.import_module(name)
         except BaseException:  # the server's thread imports it again and says why
             return
+    # The first-party plugins the registry registers next (tools/registry.py).
+    from kaizen_server_extension.tools.registry import default_plugin_modules
+
+    for name in default_plugin_modules():
+        try:
+            importlib.import_module(name)
+        except BaseException:  # as above
+            return
 
 
 def start() -> None:
