@@ -84,26 +84,47 @@ def start_server(root: Path, database_url: str, schema: str | None = None, *,
 
     ``wrapper`` runs the server under another command, e.g. ``own_pid_namespace()``."""
     root.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    log_path = root / f"server-{port}.log"
     env = server_env(root, database_url, schema, extra_env)
-    command = [
-        *wrapper, sys.executable, "-m", "jupyter_server",
-        "--no-browser", "--allow-root", f"--port={port}", "--ip=127.0.0.1",
-        f"--ServerApp.root_dir={root}",
-        f"--IdentityProvider.token={SERVER_TOKEN}",
-        "--ServerApp.identity_provider_class="
-        "kaizen_server_extension.identity.KaizenTokenIdentityProvider",
-        "--ServerApp.jpserver_extensions={'kaizen_server_extension': True}",
-        *extra_args,  # e.g. --gateway-url=... (tests/kernel/test_gateway.py)
-    ]
-    with log_path.open("wb") as log_file:
-        process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT,
-                                   cwd=root)
-    server = ServerProcess(f"http://127.0.0.1:{port}/", process, log_path, env)
-    if wait:
-        wait_until_ready(server)
-    return server
+    for attempt in range(PORT_ATTEMPTS):
+        port = free_port()
+        log_path = root / f"server-{port}.log"
+        command = [
+            *wrapper, sys.executable, "-m", "jupyter_server",
+            "--no-browser", "--allow-root", f"--port={port}", "--ip=127.0.0.1",
+            # The port free_port saw may be taken by another test process before the server
+            # binds it; moving to the next one silently would leave us polling the wrong
+            # port, so the server stops instead and a new port is tried.
+            "--ServerApp.port_retries=0",
+            f"--ServerApp.root_dir={root}",
+            f"--IdentityProvider.token={SERVER_TOKEN}",
+            "--ServerApp.identity_provider_class="
+            "kaizen_server_extension.identity.KaizenTokenIdentityProvider",
+            "--ServerApp.jpserver_extensions={'kaizen_server_extension': True}",
+            *extra_args,  # e.g. --gateway-url=... (tests/kernel/test_gateway.py)
+        ]
+        with log_path.open("wb") as log_file:
+            process = subprocess.Popen(command, env=env, stdout=log_file,
+                                       stderr=subprocess.STDOUT, cwd=root)
+        server = ServerProcess(f"http://127.0.0.1:{port}/", process, log_path, env)
+        if not wait:
+            return server
+        try:
+            wait_until_ready(server)
+        except RuntimeError:
+            if attempt + 1 < PORT_ATTEMPTS and _port_was_taken(server):
+                continue
+            raise
+        return server
+    raise AssertionError("unreachable")
+
+
+#: How many ports start_server tries when the one it picked was taken meanwhile.
+PORT_ATTEMPTS = 4
+
+
+def _port_was_taken(server: ServerProcess) -> bool:
+    return server.process.poll() is not None and (
+        "is already in use" in server.log() or "no available port" in server.log())
 
 
 def wait_until_ready(server: ServerProcess, timeout: float = 120) -> None:
