@@ -9,8 +9,9 @@ the public key (docs/openapi-sources.md, "The signed egress policy")::
     python -m kaizen_server_extension.tools.egress_sign sign --private-key egress.key \\
         --origin https://api.example.com --origin https://tools.example.org:8443 \\
         --days 30 --output egress-policy.signed
-    # what a policy says, if it verifies
-    python -m kaizen_server_extension.tools.egress_sign show --public-key KEY egress-policy.signed
+    # what a policy says, if it verifies (the key from --public-key=KEY, else from
+    # KAIZEN_OPENAPI_EGRESS_POLICY_KEY; a key may begin with "-", so give it with "=")
+    python -m kaizen_server_extension.tools.egress_sign show egress-policy.signed
 """
 
 from __future__ import annotations
@@ -90,10 +91,19 @@ def _sign(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The server's setting holding the public key; ``show`` reads it when no key is given.
+PUBLIC_KEY_SETTING = "KAIZEN_OPENAPI_EGRESS_POLICY_KEY"
+
+
 def _show(args: argparse.Namespace) -> int:
+    public_key = args.public_key or os.environ.get(PUBLIC_KEY_SETTING, "")
+    if not public_key:
+        print(f"no public key: give --public-key=KEY or set {PUBLIC_KEY_SETTING}",
+              file=sys.stderr)
+        return 2
     try:
         policy = open_policy(Path(args.policy).read_text(encoding="ascii"),
-                             parse_public_key(args.public_key), now=time.time())
+                             parse_public_key(public_key), now=time.time())
     except PolicyRejected as exc:
         print(f"refused: {exc.code}", file=sys.stderr)
         return 1
@@ -116,7 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     sign.add_argument("--days", type=float, default=30.0)
     sign.add_argument("--output", help="write the signed policy here (default: print it)")
     show = commands.add_parser("show", help="verify a signed policy and print it")
-    show.add_argument("--public-key", required=True)
+    # Optional: the server's own setting is the natural default. A URL-safe base64 key may
+    # begin with "-", which argparse takes for an option unless it comes as --public-key=KEY.
+    show.add_argument("--public-key", help=f"the public key (default: {PUBLIC_KEY_SETTING}); "
+                      "give it as --public-key=KEY")
     show.add_argument("policy")
     args = parser.parse_args(argv)
     handlers = {"keygen": _keygen, "sign": _sign, "show": _show}

@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from kaizen_server_extension.settings import KaizenSettings, SettingsError
 from kaizen_server_extension.tools.egress import (
@@ -29,6 +31,7 @@ from kaizen_server_extension.tools.egress_policy import (
     open_policy,
     parse_public_key,
     policy_document,
+    public_key_text,
     sign_policy,
 )
 from kaizen_server_extension.tools.egress_sign import main as egress_sign
@@ -253,10 +256,34 @@ def test_the_signing_tool_issues_a_policy_the_server_accepts(
     opened = EgressCeiling(str(policy), parse_public_key(public)).current()
     assert opened.origins == {Origin("api.example.com", 8443)}
     assert opened.expires_at - opened.issued_at == 7 * 86400
-    assert egress_sign(["show", "--public-key", public, str(policy)]) == 0
+    assert egress_sign(["show", f"--public-key={public}", str(policy)]) == 0
     assert "https://api.example.com:8443" in capsys.readouterr().out
     # An origin with a path is refused, and nothing is written.
     assert egress_sign(["sign", "--private-key", str(key_file), "--origin",
                         "https://api.example.com/v1", "--output",
                         str(tmp_path / "bad")]) == 1
     assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.rule("R-379")
+def test_show_takes_a_key_that_begins_with_a_dash_and_the_servers_setting(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A URL-safe base64 key begins with "-" one time in 64; argparse would take it for an
+    option after a space, so the tool takes it as --public-key=KEY or from the setting."""
+    while True:  # a key that begins with "-" (about 64 tries)
+        key = Ed25519PrivateKey.generate()
+        if public_key_text(key.public_key()).startswith("-"):
+            break
+    public = public_key_text(key.public_key())
+    policy = tmp_path / "policy.signed"
+    now = int(time.time())
+    policy.write_text(sign_policy(policy_document(["https://api.example.com"], (),
+                                                  issued_at=now, expires_at=now + 60), key))
+    assert egress_sign(["show", f"--public-key={public}", str(policy)]) == 0
+    assert "https://api.example.com" in capsys.readouterr().out
+    monkeypatch.setenv("KAIZEN_OPENAPI_EGRESS_POLICY_KEY", public)
+    assert egress_sign(["show", str(policy)]) == 0
+    monkeypatch.delenv("KAIZEN_OPENAPI_EGRESS_POLICY_KEY")
+    assert egress_sign(["show", str(policy)]) == 2
+    assert "KAIZEN_OPENAPI_EGRESS_POLICY_KEY" in capsys.readouterr().err
