@@ -465,16 +465,9 @@ class KaizenSettings(BaseModel):
         # An Ed25519 public key: 32 bytes, URL-safe base64 (tools/egress_policy.py).
         raw = key.strip()
         if raw:
-            import base64
-            import binascii
+            from kaizen_server_extension.key_text import decode_key
 
-            try:
-                decoded = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4))
-            except (binascii.Error, ValueError):
-                raise ValueError("is not URL-safe base64") from None
-            if len(decoded) != 32:
-                raise ValueError(f"must decode to 32 bytes (an Ed25519 public key), not "
-                                 f"{len(decoded)}")
+            decode_key(raw, 32, "an Ed25519 public key")
         return raw
 
     @field_validator("KAIZEN_OPENAPI_EGRESS_PORTS")

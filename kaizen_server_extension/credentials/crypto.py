@@ -32,6 +32,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from kaizen_server_extension.key_text import decode_key
+
 KEY_BYTES = 32
 _NONCE_BYTES = 12
 _FORM_INFO = b"kaizen credential form signing v1"
@@ -44,15 +46,10 @@ class CredentialKeyInvalid(ValueError):
 
 def parse_key(text: str) -> bytes:
     """The 32 bytes of ``KAIZEN_CREDENTIAL_KEY`` (URL-safe base64, padding optional)."""
-    raw = text.strip()
     try:
-        key = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4))
-    except (binascii.Error, ValueError):
-        raise CredentialKeyInvalid("KAIZEN_CREDENTIAL_KEY is not URL-safe base64") from None
-    if len(key) != KEY_BYTES:
-        raise CredentialKeyInvalid(f"KAIZEN_CREDENTIAL_KEY must decode to {KEY_BYTES} bytes, "
-                        f"not {len(key)}")
-    return key
+        return decode_key(text, KEY_BYTES)
+    except ValueError as exc:
+        raise CredentialKeyInvalid(f"KAIZEN_CREDENTIAL_KEY {exc}") from None
 
 
 def new_key_text() -> str:

@@ -45,6 +45,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
+from kaizen_server_extension.key_text import decode_key
 from kaizen_server_extension.tools.egress import (
     EgressRefused,
     IPAddress,
@@ -79,15 +80,8 @@ class PolicyRejected(Exception):
 def parse_public_key(text: str) -> Ed25519PublicKey:
     """The Ed25519 public key of ``KAIZEN_OPENAPI_EGRESS_POLICY_KEY`` (32 bytes, URL-safe
     base64, padding optional); ``ValueError`` otherwise."""
-    raw = text.strip()
-    try:
-        key = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4))
-    except (binascii.Error, ValueError):
-        raise ValueError("is not URL-safe base64") from None
-    if len(key) != _PUBLIC_KEY_BYTES:
-        raise ValueError(f"must decode to {_PUBLIC_KEY_BYTES} bytes (an Ed25519 public key), "
-                         f"not {len(key)}")
-    return Ed25519PublicKey.from_public_bytes(key)
+    return Ed25519PublicKey.from_public_bytes(
+        decode_key(text, _PUBLIC_KEY_BYTES, "an Ed25519 public key"))
 
 
 def public_key_text(key: Ed25519PublicKey) -> str:
