@@ -17,11 +17,11 @@ from kaizen_server_extension.credentials.crypto import new_key_text
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from tests.conftest import BACKENDS, served_by
 from tests.credentials.test_broker_rest import _leaks
-from tests.lanes.test_turns import _events, _send, _settled
 from tests.support.egress_policy import policy_env
 from tests.support.openapi_agent_plugin import OPENAPI_AGENT
 from tests.support.openapi_server import OpenApiService, items_document
 from tests.support.server import ServerProcess, member_token
+from tests.support.tool_turns import settled_calls_of_turn
 
 SECRET = "oas-key-9d1e-quarantined-credential-value"
 SOURCES = "openapi-sources"
@@ -49,16 +49,9 @@ class World:
                           timeout=30)
 
     def turn(self, member: str, name: str, arguments: dict[str, Any]) -> list[dict[str, Any]]:
-        text = f"call {name} now {len(self.fake.requests())}"
-        self.fake.load([{"match": text, "responses": [
-            {"tool_calls": [{"name": name, "arguments": arguments}]}, {"text": "Done."}]},
-            DEFAULT])
-        with self.server.client(member) as client:
-            room = client.post("conversations", json={"agent_id": OPENAPI_AGENT}).json()["id"]
-            accepted = _send(client, room, text)
-            _settled(client, accepted["run_id"], timeout=120)
-            return [dict(e["data"]) for e in _events(client, room, accepted["run_id"])
-                    if e["type"] == "tool.settled"]
+        return settled_calls_of_turn(self.server, self.fake, member, OPENAPI_AGENT,
+                                     f"call {name} now {len(self.fake.requests())}",
+                                     name, arguments)
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

@@ -25,9 +25,9 @@ from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from tests.conftest import BACKENDS, served_by
 from tests.credentials.test_broker_rest import _leaks
 from tests.credentials.world import CredentialWorld
-from tests.lanes.test_turns import _events, _send, _settled
 from tests.support.mcp_agent_plugin import MCP_AGENT
 from tests.support.processes import stop_process
+from tests.support.tool_turns import settled_calls_of_turn
 from tests.tools.test_mcp_sources_rest import _start_http_mcp
 
 SECRET = "mcp-tok-7Hq2-unique-credential-value-20261206"
@@ -52,16 +52,8 @@ class World(CredentialWorld):
         return found.group(1)
 
     def turn(self, arguments: dict[str, Any], member: str = "alice") -> list[dict[str, Any]]:
-        text = f"ask the vault {time.monotonic_ns()}"
-        self.fake.load([{"match": text, "responses": [
-            {"tool_calls": [{"name": TOOL, "arguments": arguments}]}, {"text": "Done."}]},
-            {"responses": [{"text": "Default."}]}])
-        with self.server.client(member) as client:
-            room = client.post("conversations", json={"agent_id": MCP_AGENT}).json()["id"]
-            accepted = _send(client, room, text)
-            _settled(client, accepted["run_id"], timeout=120)
-            return [dict(e["data"]) for e in _events(client, room, accepted["run_id"])
-                    if e["type"] == "tool.settled"]
+        return settled_calls_of_turn(self.server, self.fake, member, MCP_AGENT,
+                                     f"ask the vault {time.monotonic_ns()}", TOOL, arguments)
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

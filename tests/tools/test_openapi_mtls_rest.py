@@ -21,11 +21,11 @@ from kaizen_server_extension.credentials.crypto import new_key_text
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from kaizen_server_extension.tools.mtls import STAGING_ROOT, _memory_backed
 from tests.conftest import BACKENDS, served_by, with_server_store
-from tests.lanes.test_turns import _events, _send, _settled
 from tests.support.egress_policy import policy_env
 from tests.support.openapi_agent_plugin import OPENAPI_AGENT
 from tests.support.openapi_server import OpenApiService, items_document
 from tests.support.server import ServerProcess, member_token
+from tests.support.tool_turns import settled_calls_of_turn
 
 pytestmark = pytest.mark.skipif(not _memory_backed(STAGING_ROOT),
                                 reason="needs a memory-backed /dev/shm")
@@ -44,16 +44,9 @@ class World:
         self.server, self.fake, self.service, self.leaf = server, fake, service, leaf
 
     def turn(self, name: str, arguments: dict[str, Any]) -> list[dict[str, Any]]:
-        text = f"call {name} now {len(self.fake.requests())}"
-        self.fake.load([{"match": text, "responses": [
-            {"tool_calls": [{"name": name, "arguments": arguments}]}, {"text": "Done."}]},
-            {"responses": [{"text": "Default."}]}])
-        with self.server.client("alice") as client:
-            room = client.post("conversations", json={"agent_id": OPENAPI_AGENT}).json()["id"]
-            accepted = _send(client, room, text)
-            _settled(client, accepted["run_id"], timeout=120)
-            return [dict(e["data"]) for e in _events(client, room, accepted["run_id"])
-                    if e["type"] == "tool.settled"]
+        return settled_calls_of_turn(self.server, self.fake, "alice", OPENAPI_AGENT,
+                                     f"call {name} now {len(self.fake.requests())}",
+                                     name, arguments)
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
