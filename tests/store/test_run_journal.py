@@ -3,7 +3,6 @@ on SQLite, the same rows and the same refusals either way."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import timedelta
 
 import pytest
@@ -12,13 +11,14 @@ from sqlalchemy import select
 from kaizen_server_extension.store import Store
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.calls import HeldAudit, open_call
-from kaizen_server_extension.store.records import EventRecord, RunRecord
+from kaizen_server_extension.store.records import RunRecord
 from kaizen_server_extension.store.run_journal import (
     journal_while_live,
     one_statement,
     open_call_journaled,
 )
 from kaizen_server_extension.store.runs import RunLane
+from tests.store.test_units import _published
 
 DATA = {"text": "naïve — 東京", "nested": [1, None, True]}
 
@@ -32,16 +32,6 @@ async def _running(store: Store) -> RunRecord:
     run = await RunLane(store).claim_next(room.id, "test", timedelta(seconds=30))
     assert run is not None
     return run
-
-
-def _published(store: Store) -> list[EventRecord]:
-    seen: list[EventRecord] = []
-
-    def listener(records: Sequence[EventRecord]) -> None:
-        seen.extend(records)
-
-    store.add_listener(listener)
-    return seen
 
 
 async def _audit_actions(store: Store, run_id: str) -> list[tuple[str, str]]:
