@@ -87,6 +87,23 @@ class KaizenTokenIdentityProvider(PasswordIdentityProvider):
                 return User(username=matched, name=matched, display_name=matched)
         return await super().get_user_token(handler)
 
+    def set_login_cookie(self, handler: web.RequestHandler, user: User) -> None:
+        # Jupyter answers every token-authenticated request without the login cookie with a
+        # fresh signed one. A client that sends its token in the Authorization header (a
+        # script, the REST API's users) sends it again with each request and has no use for
+        # the cookie, and signing and formatting it is about a tenth of such a request's
+        # CPU. A token in the URL (a browser opening a link) and a password login still get
+        # the cookie their browser session lives on.
+        if self._authorized_by_header(handler):
+            return
+        super().set_login_cookie(handler, user)
+
+    def _authorized_by_header(self, handler: web.RequestHandler) -> bool:
+        if handler.get_argument("token", ""):
+            return False
+        return self.auth_header_pat.match(
+            handler.request.headers.get("Authorization", "")) is not None
+
     def generate_anonymous_user(self, handler: web.RequestHandler) -> User:
         # The server's own token names no user; give it one stable member instead of a new
         # random "Anonymous" identity per browser, so conversations survive a new session.

@@ -272,6 +272,27 @@ def test_cookie_clients_must_present_the_xsrf_token(server: ServerProcess) -> No
         assert accepted.status_code == 201, accepted.text
 
 
+def test_a_header_token_gets_no_login_cookie_and_a_url_token_does(
+        server: ServerProcess) -> None:
+    """A client that authenticates with the Authorization header sends it again each time:
+    it is answered without a login cookie. A token in the URL, as a browser opening a link
+    has it, still logs the browser in."""
+    with server.client("alice") as api:
+        first = api.get("members/me")
+        assert first.status_code == 200
+        assert first.json()["member"] == "alice"
+        assert "set-cookie" not in first.headers, first.headers
+        assert not api.cookies
+        assert api.get("members/me").json()["member"] == "alice"  # the header, every time
+    with httpx.Client(base_url=server.base_url) as browser:
+        login = browser.get("kaizen/api/members/me", params={"token": SERVER_TOKEN})
+        assert login.status_code == 200
+        assert browser.cookies, "the URL token logs the browser in"
+        me = browser.get("kaizen/api/members/me")  # the cookie alone
+        assert me.status_code == 200
+        assert me.json()["member"] == login.json()["member"]
+
+
 def test_every_route_is_documented_in_openapi() -> None:
     import re
 
