@@ -36,13 +36,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import io
 import json
+import pstats
+import shutil
+import signal
 import statistics
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -84,8 +89,11 @@ SETTLE_TIMEOUT_S = 300.0
 
 
 @contextmanager
-def replicas(db: str, pg_url: str, fake: FakeOpenAI) -> Iterator[list[ServerProcess]]:
-    """Two replicas on one fresh PostgreSQL schema, or one server on a fresh SQLite file."""
+def replicas(db: str, pg_url: str, fake: FakeOpenAI,
+             cprofile: str | None = None) -> Iterator[list[ServerProcess]]:
+    """Two replicas on one fresh PostgreSQL schema, or one server on a fresh SQLite file.
+    With ``cprofile`` the first server can profile its loop (KAIZEN_PROFILE, see
+    :class:`LoopProfile`)."""
     with tempfile.TemporaryDirectory(prefix="kaizen-accept-bench-") as tmp, ExitStack() as stack:
         root = Path(tmp)
         url, schema = sqlite_url_for(root / "kaizen.db"), None
@@ -103,7 +111,10 @@ def replicas(db: str, pg_url: str, fake: FakeOpenAI) -> Iterator[list[ServerProc
         stack.callback(stop_all)
         # One after the other: the first migrates the schema.
         for name in ("a", "b") if db == "postgresql" else ("a",):
-            servers.append(start_server(root / f"replica-{name}", url, schema, extra_env=env))
+            profiling = {"KAIZEN_PROFILE": str(root / "loop.prof")} if cprofile and not servers \
+                else {}
+            servers.append(start_server(root / f"replica-{name}", url, schema,
+                                        extra_env={**env, **profiling}))
         for server in servers:
             _warm_up(server)
         yield servers
@@ -305,23 +316,75 @@ class Bursts:
     cpu_s: float
 
 
-async def _bursts(servers: list[ServerProcess], client: str, posts: list[Request]) -> Bursts:
+class LoopProfile:
+    """``--cprofile PATH``: the first server's cProfile of its event loop thread
+    (kaizen_server_extension/profiling.py, started and written by signals) over the baseline
+    burst and, separately, over the posts' burst: ``PATH.<db>.get.prof`` and
+    ``PATH.<db>.post.prof``, summaries on stderr. Its timer is the thread's CPU time, so the
+    two compare on a busy machine."""
+
+    def __init__(self, server: ServerProcess, path: str, db: str) -> None:
+        self.server, self.path, self.db = server, path, db
+
+    @contextlib.asynccontextmanager
+    async def over(self, burst: str) -> AsyncIterator[None]:
+        self._start()
+        await asyncio.sleep(0.2)
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(self._write, burst)
+
+    @property
+    def _written(self) -> Path:
+        return Path(self.server.env["KAIZEN_PROFILE"])
+
+    def _start(self) -> None:
+        self._written.unlink(missing_ok=True)
+        self.server.process.send_signal(signal.SIGUSR1)
+
+    def _write(self, burst: str) -> None:
+        self.server.process.send_signal(signal.SIGUSR2)
+        deadline = time.monotonic() + 30
+        while not self._written.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # the file appears before it is complete
+        out = Path(f"{self.path}.{self.db}.{burst}.prof")
+        shutil.copyfile(self._written, out)
+        text = io.StringIO()
+        stats = pstats.Stats(str(out), stream=text)
+        total_ms = 1000 * stats.total_tt  # type: ignore[attr-defined]
+        print(f"== {burst} burst: {total_ms:.1f} ms of loop CPU", file=text)
+        stats.sort_stats("tottime").print_stats(25)
+        stats.sort_stats("cumulative").print_stats("kaizen_server_extension", 30)
+        print(text.getvalue(), file=sys.stderr)
+
+
+async def _bursts(servers: list[ServerProcess], client: str, posts: list[Request],
+                  profile: LoopProfile | None = None) -> Bursts:
     """On fresh connections: a burst of ``GET members/me`` that opens them, the baseline
     burst, then the posts."""
     senders = Senders(servers, len(posts), client)
+
+    def over(burst: str) -> contextlib.AbstractAsyncContextManager[None]:
+        return profile.over(burst) if profile else contextlib.nullcontext()
+
     try:
         await senders.open()
         me: list[Request] = [("GET", "members/me", None)] * len(posts)
         await senders.burst(me)
-        bare, _, _, bare_cpu = await senders.burst(me)
-        took, accepted, first_sent, cpu = await senders.burst(posts)
+        async with over("get"):
+            bare, _, _, bare_cpu = await senders.burst(me)
+        async with over("post"):
+            took, accepted, first_sent, cpu = await senders.burst(posts)
         return Bursts(bare, bare_cpu, took, accepted, first_sent, cpu)
     finally:
         await senders.close()
 
 
 def figure(db: str, servers: list[ServerProcess], name: str, messages: int, rooms: int,
-           trials: int, client: str, profile: str | None = None) -> None:
+           trials: int, client: str, profile: str | None = None,
+           cprofile: str | None = None) -> None:
     latencies: list[float] = []
     baseline: list[float] = []
     rates: list[float] = []
@@ -342,7 +405,9 @@ def figure(db: str, servers: list[ServerProcess], name: str, messages: int, room
             # py-spy (``--profile``) sees the first trial's bursts, not the settling after.
             with profiled(servers[0].process.pid, profile if trial_no == 0 else None,
                           f"{db}.{name}"):
-                trial = asyncio.run(_bursts(servers, client, posts))
+                loop_profile = LoopProfile(servers[0], cprofile, f"{db}.{name}") \
+                    if cprofile and trial_no == 0 else None
+                trial = asyncio.run(_bursts(servers, client, posts, loop_profile))
             took, accepted = trial.took, trial.accepted
             cpu_s += trial.cpu_s
             bare_cpu_s += trial.bare_cpu_s
@@ -390,13 +455,19 @@ def _extra(parser: argparse.ArgumentParser) -> None:
                         help="py-spy the first server during the first one_room trial's bursts "
                              "(baseline and posts): PATH.<db>.one_room.txt, summary on "
                              "stderr (bench/pyspy_summary.py)")
+    parser.add_argument("--cprofile", metavar="PATH",
+                        help="the first server's cProfile of its loop thread (CPU time) over "
+                             "the first one_room trial's baseline and posts bursts: "
+                             "PATH.<db>.one_room.get.prof and .post.prof, summaries on stderr")
 
 
 def main() -> None:
     args = parse_args(__doc__ or BENCH, default_n=100, extra=_extra)
     for db in asyncio.run(reachable_databases(BENCH, args)):
-        with FakeOpenAI(SCRIPTS) as fake, replicas(db, args.pg_url, fake) as servers:
-            figure(db, servers, "one_room", args.n, 1, args.trials, args.client, args.profile)
+        with FakeOpenAI(SCRIPTS) as fake, \
+                replicas(db, args.pg_url, fake, args.cprofile) as servers:
+            figure(db, servers, "one_room", args.n, 1, args.trials, args.client, args.profile,
+                   args.cprofile)
             figure(db, servers, "rooms", args.spread_n, args.rooms, args.trials, args.client)
 
 
