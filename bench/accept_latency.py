@@ -117,6 +117,7 @@ def replicas(db: str, pg_url: str, fake: FakeOpenAI,
                                         extra_env={**env, **profiling}))
         for server in servers:
             _warm_up(server)
+        _warm_up_burst(servers)
         yield servers
 
 
@@ -131,6 +132,20 @@ def _warm_up(server: ServerProcess) -> None:
         client.post(f"conversations/{room_id}/messages",
                     json={"text": f"{TEXT} warm-up"}).raise_for_status()
         _settled(client, {room_id: 1})
+
+
+def _warm_up_burst(servers: list[ServerProcess], n: int = 24) -> None:
+    """A small burst into one room before anything is measured: each server's pooled
+    database connections have then prepared the acceptance statements a burst uses, as a
+    serving deployment's have (the first use of a statement on a connection plans it)."""
+    with servers[0].client(MEMBER) as client:
+        room = client.post("conversations", json={"agent_id": "general"})
+        room.raise_for_status()
+        room_id = str(room.json()["id"])
+        posts: list[Request] = [("POST", f"conversations/{room_id}/messages",
+                                 {"text": f"{TEXT} warm-up {i}"}) for i in range(n)]
+        asyncio.run(_bursts(servers, "raw", posts))
+        _settled(client, {room_id: n})
 
 
 async def _drop_schema(pg_url: str, schema: str) -> None:
