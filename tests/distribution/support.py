@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.server import free_port
+from tests.support.server import PORT_ATTEMPTS, free_port, port_was_taken
 
 OWNER_TOKEN = "plain-server-token-0123456789"
 
@@ -62,20 +62,32 @@ def start_plain(command: Sequence[str], root: Path, *, env: Mapping[str, str],
                 port: int | None = None, base_path: str = "/",
                 timeout: float = 90) -> PlainServer:
     """Start ``command`` (``jupyter server`` or ``jupyter lab`` and its plain flags) on a
-    free loopback port and wait until Kaizen's liveness probe answers."""
+    free loopback port and wait until Kaizen's liveness probe answers.
+
+    Another test process may take the free port before the server binds it; Jupyter would
+    then move to the next port silently and leave us polling the wrong one. So the server
+    stops instead (``port_retries=0``), and a new port is tried, unless ``port`` was given."""
     root.mkdir(parents=True, exist_ok=True)
-    port = port or free_port()
-    log_path = root / f"jupyter-{port}.log"
-    args = [*command, "--no-browser", f"--port={port}", "--ip=127.0.0.1",
-            f"--ServerApp.root_dir={root}"]
-    if os.geteuid() == 0:
-        args.append("--allow-root")
-    with log_path.open("wb") as log_file:
-        process = subprocess.Popen(args, env=dict(env), stdout=log_file,
-                                   stderr=subprocess.STDOUT, cwd=root)
-    server = PlainServer(f"http://127.0.0.1:{port}{base_path}", process, log_path)
-    wait_for(server, timeout)
-    return server
+    attempts = 1 if port else PORT_ATTEMPTS
+    for attempt in range(attempts):
+        chosen = port or free_port()
+        log_path = root / f"jupyter-{chosen}.log"
+        args = [*command, "--no-browser", f"--port={chosen}", "--ip=127.0.0.1",
+                "--ServerApp.port_retries=0", f"--ServerApp.root_dir={root}"]
+        if os.geteuid() == 0:
+            args.append("--allow-root")
+        with log_path.open("wb") as log_file:
+            process = subprocess.Popen(args, env=dict(env), stdout=log_file,
+                                       stderr=subprocess.STDOUT, cwd=root)
+        server = PlainServer(f"http://127.0.0.1:{chosen}{base_path}", process, log_path)
+        try:
+            wait_for(server, timeout)
+        except RuntimeError:
+            if attempt + 1 < attempts and port_was_taken(server.process, server.log()):
+                continue
+            raise
+        return server
+    raise AssertionError("unreachable")
 
 
 def wait_for(server: PlainServer, timeout: float) -> None:

@@ -111,7 +111,7 @@ def start_server(root: Path, database_url: str, schema: str | None = None, *,
         try:
             wait_until_ready(server)
         except RuntimeError:
-            if attempt + 1 < PORT_ATTEMPTS and _port_was_taken(server):
+            if attempt + 1 < PORT_ATTEMPTS and port_was_taken(server.process, server.log()):
                 continue
             raise
         return server
@@ -122,9 +122,10 @@ def start_server(root: Path, database_url: str, schema: str | None = None, *,
 PORT_ATTEMPTS = 4
 
 
-def _port_was_taken(server: ServerProcess) -> bool:
-    return server.process.poll() is not None and (
-        "is already in use" in server.log() or "no available port" in server.log())
+def port_was_taken(process: subprocess.Popen[bytes], log: str) -> bool:
+    """The server stopped because its port was in use (``port_retries=0``)."""
+    return process.poll() is not None and (
+        "is already in use" in log or "no available port" in log)
 
 
 def wait_until_ready(server: ServerProcess, timeout: float = 120) -> None:
