@@ -71,6 +71,7 @@ from kaizen_server_extension.tools.ports import CallFactsView, CallScope
 from kaizen_server_extension.tools.registry import ToolRegistry
 from kaizen_server_extension.tools.services import AgentDelegation, ToolServices
 from kaizen_server_extension.tools.settlement import delegates
+from kaizen_server_extension.tools.source_catalog import SOURCE_CATALOG_NAME
 from kaizen_server_extension.tools.types import (
     SOURCES_ROOT,
     Discovered,
@@ -384,9 +385,16 @@ class PipelineToolBackend:
         ``sources`` are the run's discovered source tools, already narrowed to the agent's
         grant: they pass every filter of the catalog like any other tool."""
         source_descriptors = [t.descriptor for t in sources.tools]
+        ceiling = {*agent.tool_ceiling, *(d.name for d in source_descriptors)}
+        # The source catalog is a baseline read while a source family is configured, even
+        # for an agent granting no source (R-308); without one it does not exist.
+        if self._mcp is not None or self._openapi is not None:
+            ceiling.add(SOURCE_CATALOG_NAME)
+        else:
+            ceiling.discard(SOURCE_CATALOG_NAME)
         return freeze_catalog(
             [*self._registry.descriptors(), *source_descriptors],
-            agent_ceiling={*agent.tool_ceiling, *(d.name for d in source_descriptors)},
+            agent_ceiling=ceiling,
             room_shared=conversation.shared,
             roster_is_only_initiator=conversation.participants == (member,),
             discovery_enabled=self._discovery,
