@@ -56,6 +56,7 @@ from kaizen_server_extension.store.history import HistorySearch
 from kaizen_server_extension.store.records import AgentRecord, ConversationRecord
 from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.store.tasks import TaskStore
+from kaizen_server_extension.store.tool_choices import ToolChoices, left_out
 from kaizen_server_extension.tools.canvas import without_canvas
 from kaizen_server_extension.tools.catalog import FrozenCatalog, freeze_catalog
 from kaizen_server_extension.tools.discovery import TOOL_SEARCH_NAME
@@ -308,13 +309,15 @@ class PipelineToolBackend:
             return True
         return self._openapi is not None and await self._openapi.policy_name_known(name)
 
-    async def discover(self, *, agent: AgentRecord, member: str) -> Discovered:
+    async def discover(self, *, agent: AgentRecord, member: str,
+                       conversation_id: str = "") -> Discovered:
         """The source tools this run may use, discovered now as ``member`` (docs/mcp.md,
         docs/openapi-sources.md).
 
         Only sources the agent grants are contacted (R-066); each tool must be granted by the
         agent (its source or its exact name) and allowed to the member by admin policy, its
-        ancestors included, at this instant. A source that fails gives nothing (R-065).
+        ancestors included, at this instant. A source that fails gives nothing (R-065). In
+        ``conversation_id``, the member's own choices there leave out what they name (R-311).
         """
         found = NOTHING_DISCOVERED
         if self._mcp is not None:
@@ -334,6 +337,11 @@ class PipelineToolBackend:
         allowed = await self.permissions.allowed_names(
             member, [t.descriptor.name for t in candidates])
         kept = tuple(t for t in candidates if t.descriptor.name in allowed)
+        if kept and conversation_id:
+            # The member's per-conversation choices: one more narrowing, never a grant.
+            off = await ToolChoices(self._store).off_for(member, conversation_id)
+            kept = tuple(t for t in kept if not left_out(
+                t.descriptor.name, self._ancestors_of(t.descriptor.name), off))
         return Discovered(kept, found.unavailable)
 
     def attach_run_code(self, service: Any) -> None:
@@ -441,7 +449,8 @@ class PipelineToolBackend:
         if not has_tokens(prompt):
             return ResolvedAttachments(model_text=prompt)
         if sources is None:
-            sources = await self.discover(agent=agent, member=member)
+            sources = await self.discover(agent=agent, member=member,
+                                          conversation_id=conversation.id)
         catalog = self.catalog(agent=agent, conversation=conversation, member=member,
                                sources=sources)
         registered = {d.name: d.surface for d in (
