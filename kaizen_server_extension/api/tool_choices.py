@@ -21,9 +21,13 @@ from kaizen_server_extension.api.openapi_parts import (
     path_param,
     ref,
 )
-from kaizen_server_extension.store.tool_choices import MAX_CHOICES, ToolChoices
+from kaizen_server_extension.store.tool_choices import (
+    MAX_CHOICES,
+    SOURCE_NAME_PATTERN,
+    ToolChoices,
+)
 
-_NAME = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,200}$")]
+_NAME = Annotated[str, StringConstraints(pattern=SOURCE_NAME_PATTERN)]
 
 
 class ToolChoicesBody(BaseModel):
@@ -75,5 +79,5 @@ def tool_choices_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
     components = {"ToolChoices": {
         "type": "object", "required": ["off"], "additionalProperties": False,
         "properties": {"off": {"type": "array", "maxItems": MAX_CHOICES, "items": {
-            "type": "string", "pattern": r"^[A-Za-z0-9_.:-]{1,200}$"}}}}}
+            "type": "string", "pattern": SOURCE_NAME_PATTERN}}}}}
     return paths, components

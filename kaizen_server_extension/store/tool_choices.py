@@ -10,6 +10,7 @@ read when a run is admitted, as its member. Replacing the set is audited.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from sqlalchemy import delete, select
@@ -22,14 +23,16 @@ from kaizen_server_extension.store.store import Store
 CHOICES_AUDIT_ACTION = "tool.choices"
 #: Names one member may leave out of one conversation.
 MAX_CHOICES = 200
-#: The source tree's upper levels (root, families); below them a source and its tools.
-SOURCE_ROOTS = frozenset({"sources", "mcp", "openapi"})
-SOURCE_PREFIXES = ("mcp__", "openapi__")
+#: A level of the source tree a choice may name: the root, a family, or a source or one of
+#: its tools under the family's prefix (at most 200 characters, as every tool name).
+SOURCE_NAME_PATTERN = (r"^(?:sources|mcp|openapi|mcp__[A-Za-z0-9_.:-]{1,195}"
+                       r"|openapi__[A-Za-z0-9_.:-]{1,191})$")
+_SOURCE_NAME = re.compile(SOURCE_NAME_PATTERN)
 
 
 def is_source_name(name: str) -> bool:
     """Whether ``name`` is a level of the source tree a choice may name."""
-    return name in SOURCE_ROOTS or name.startswith(SOURCE_PREFIXES)
+    return _SOURCE_NAME.fullmatch(name) is not None
 
 
 def left_out(name: str, ancestors: Iterable[str], choices: frozenset[str]) -> bool:

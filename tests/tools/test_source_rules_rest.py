@@ -389,8 +389,7 @@ def test_each_intersection_alone_removes_a_source_tool(world: World) -> None:
         assert bob.put(f"conversations/{chosen}/tool-choices",
                        json={"off": []}).status_code == 404
         builtin = alice.put(f"conversations/{chosen}/tool-choices", json={"off": ["run_code"]})
-        assert builtin.status_code == 422 and \
-            builtin.json()["error"]["code"] == "not_a_source"
+        assert builtin.status_code == 422, builtin.text
         assert alice.get(f"conversations/{chosen}/tool-choices").json()["off"] == sorted(
             [mcp_tool, f"openapi__{source}"])
         # Cleared, the room has them again.
