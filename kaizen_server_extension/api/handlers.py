@@ -34,6 +34,7 @@ from kaizen_server_extension.api.params import (
     query_value,
 )
 from kaizen_server_extension.api.tasks import task_routes
+from kaizen_server_extension.api.tool_choices import tool_choice_routes
 from kaizen_server_extension.api.tool_grants import tool_grant_routes
 from kaizen_server_extension.protocol.errors import BadRequest, NotFound, TooLarge
 from kaizen_server_extension.store.records import AgentRecord, MemberRecord
@@ -196,7 +197,8 @@ class ToolsHandler(KaizenHandler):
                                               (self.member,), now, now)
         # The source tools (MCP servers, OpenAPI sources) a run would discover now, as this
         # member: the listing is the catalog a turn gets, not only the built-in part of it.
-        sources = await self.kaizen.tools.discover(agent=agent, member=self.member)
+        sources = await self.kaizen.tools.discover(agent=agent, member=self.member,
+                                                   conversation_id=conversation.id)
         catalog = self.kaizen.tools.catalog(agent=agent, conversation=conversation,
                                             member=self.member, sources=sources)
         self.write_json({"digest": catalog.digest, "tools": [
@@ -289,6 +291,7 @@ def routes(*, library: bool = True,
         *notebook_routes(PREFIX, ID),
         # The caller's "allow for this conversation" grants (made by approving with a scope).
         *tool_grant_routes(PREFIX, ID),
+        *tool_choice_routes(PREFIX, ID),
         # The caller's durable tasks: run now, safe test, cadence (docs/tasks.md).
         *task_routes(PREFIX),
         # The member's external OpenAPI sources (docs/openapi-sources.md), when enabled.

@@ -578,6 +578,11 @@ def openapi_document(*, library: bool = True, openapi_sources: bool = False,
     grant_paths, grant_components = tool_grants_openapi()
     paths.update(grant_paths)
     components.update(grant_components)
+    from kaizen_server_extension.api.tool_choices import tool_choices_openapi
+
+    choice_paths, choice_components = tool_choices_openapi()
+    paths.update(choice_paths)
+    components.update(choice_components)
     from kaizen_server_extension.api.tasks import tasks_openapi
 
     task_paths, task_components = tasks_openapi()

@@ -56,6 +56,7 @@ from kaizen_server_extension.store.history import HistorySearch
 from kaizen_server_extension.store.records import AgentRecord, ConversationRecord
 from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.store.tasks import TaskStore
+from kaizen_server_extension.store.tool_choices import ToolChoices, left_out
 from kaizen_server_extension.tools.canvas import without_canvas
 from kaizen_server_extension.tools.catalog import FrozenCatalog, freeze_catalog
 from kaizen_server_extension.tools.discovery import TOOL_SEARCH_NAME
@@ -71,6 +72,7 @@ from kaizen_server_extension.tools.ports import CallFactsView, CallScope
 from kaizen_server_extension.tools.registry import ToolRegistry
 from kaizen_server_extension.tools.services import AgentDelegation, ToolServices
 from kaizen_server_extension.tools.settlement import delegates
+from kaizen_server_extension.tools.source_catalog import SOURCE_CATALOG_NAME
 from kaizen_server_extension.tools.types import (
     SOURCES_ROOT,
     Discovered,
@@ -307,13 +309,15 @@ class PipelineToolBackend:
             return True
         return self._openapi is not None and await self._openapi.policy_name_known(name)
 
-    async def discover(self, *, agent: AgentRecord, member: str) -> Discovered:
+    async def discover(self, *, agent: AgentRecord, member: str,
+                       conversation_id: str = "") -> Discovered:
         """The source tools this run may use, discovered now as ``member`` (docs/mcp.md,
         docs/openapi-sources.md).
 
         Only sources the agent grants are contacted (R-066); each tool must be granted by the
         agent (its source or its exact name) and allowed to the member by admin policy, its
-        ancestors included, at this instant. A source that fails gives nothing (R-065).
+        ancestors included, at this instant. A source that fails gives nothing (R-065). In
+        ``conversation_id``, the member's own choices there leave out what they name (R-311).
         """
         found = NOTHING_DISCOVERED
         if self._mcp is not None:
@@ -333,6 +337,11 @@ class PipelineToolBackend:
         allowed = await self.permissions.allowed_names(
             member, [t.descriptor.name for t in candidates])
         kept = tuple(t for t in candidates if t.descriptor.name in allowed)
+        if kept and conversation_id:
+            # The member's per-conversation choices: one more narrowing, never a grant.
+            off = await ToolChoices(self._store).off_for(member, conversation_id)
+            kept = tuple(t for t in kept if not left_out(
+                t.descriptor.name, self._ancestors_of(t.descriptor.name), off))
         return Discovered(kept, found.unavailable)
 
     def attach_run_code(self, service: Any) -> None:
@@ -384,9 +393,16 @@ class PipelineToolBackend:
         ``sources`` are the run's discovered source tools, already narrowed to the agent's
         grant: they pass every filter of the catalog like any other tool."""
         source_descriptors = [t.descriptor for t in sources.tools]
+        ceiling = {*agent.tool_ceiling, *(d.name for d in source_descriptors)}
+        # The source catalog is a baseline read while a source family is configured, even
+        # for an agent granting no source (R-308); without one it does not exist.
+        if self._mcp is not None or self._openapi is not None:
+            ceiling.add(SOURCE_CATALOG_NAME)
+        else:
+            ceiling.discard(SOURCE_CATALOG_NAME)
         return freeze_catalog(
             [*self._registry.descriptors(), *source_descriptors],
-            agent_ceiling={*agent.tool_ceiling, *(d.name for d in source_descriptors)},
+            agent_ceiling=ceiling,
             room_shared=conversation.shared,
             roster_is_only_initiator=conversation.participants == (member,),
             discovery_enabled=self._discovery,
@@ -433,7 +449,8 @@ class PipelineToolBackend:
         if not has_tokens(prompt):
             return ResolvedAttachments(model_text=prompt)
         if sources is None:
-            sources = await self.discover(agent=agent, member=member)
+            sources = await self.discover(agent=agent, member=member,
+                                          conversation_id=conversation.id)
         catalog = self.catalog(agent=agent, conversation=conversation, member=member,
                                sources=sources)
         registered = {d.name: d.surface for d in (

@@ -113,7 +113,8 @@ class HolderLiveness(Protocol):
 class ToolBackend(Protocol):
     """The tool side of admission and execution, as the lane sees it."""
 
-    async def discover(self, *, agent: AgentRecord, member: str) -> Discovered: ...
+    async def discover(self, *, agent: AgentRecord, member: str,
+                       conversation_id: str = "") -> Discovered: ...
 
     def freeze(self, *, agent: AgentRecord, conversation: ConversationRecord, member: str,
                request_text: str, profile: PromptProfile = FULL,
@@ -388,7 +389,8 @@ class LaneService:
         # The run's source tools (MCP servers, OpenAPI sources) are discovered now, once, as
         # the run's member; a recovered run discovers again, and a changed inventory changes
         # the digest, so it is settled rather than resumed with tools it was not admitted with.
-        sources = await self._tools.discover(agent=agent, member=run.member)
+        sources = await self._tools.discover(agent=agent, member=run.member,
+                                             conversation_id=run.conversation_id)
         attachments = ResolvedAttachments(model_text=text)
         if posture != CHAT_POSTURE:
             attachments = await self._tools.prompt_attachments(

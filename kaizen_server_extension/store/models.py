@@ -780,6 +780,21 @@ class ConversationToolGrant(Base):
     )
 
 
+class ConversationToolChoice(Base):
+    """One member's choice to leave a source tool out of their turns in one conversation:
+    a source tool's exact name, a source (``mcp__<id>``, ``openapi__<id>``), a family
+    (``mcp``, ``openapi``) or every source (``sources``). It only narrows what discovery,
+    the agent's ceiling and admin policy already allow (R-311); it never grants."""
+
+    __tablename__ = "conversation_tool_choices"
+
+    member: Mapped[str] = mapped_column(ForeignKey("members.id"), primary_key=True)
+    conversation_id: Mapped[str] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True)
+    tool: Mapped[str] = mapped_column(String(200), primary_key=True)
+    chosen_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
 class JupyterFileSource(Base):
     """Which artifact holds a member's copies of one file of the Jupyter contents tree: each
     read through the ContentsManager is a version of it (unchanged bytes reuse the latest)."""

@@ -109,6 +109,42 @@ def _rank(
     return [key for _, key in sorted(hits)]
 
 
+#: Verbs of a request that builds or changes something (R-333). Words are compared after
+#: :func:`words` (lower case, camelCase and snake_case split, plurals folded).
+CONSTRUCTIVE_VERBS = frozenset({
+    "create", "configure", "config", "setup", "set", "update", "add", "connect", "enable",
+    "install", "register", "new", "make", "build", "edit", "change", "modify", "patch",
+    "upsert", "provision", "attach", "write", "save", "insert", "rename"})
+#: Verbs of an operation, or a request, that destroys, detaches or withdraws something.
+DESTRUCTIVE_VERBS = frozenset({
+    "delete", "remove", "disconnect", "destroy", "drop", "purge", "revoke", "uninstall",
+    "erase", "wipe", "detach", "unregister", "unlink", "disable", "deactivate", "terminate",
+    "truncate", "clear", "reset", "kill", "cancel", "archive", "del", "rm"})
+
+
+def words(text: str) -> set[str]:
+    """:func:`tokenize` after splitting camelCase (``deleteItem`` is *delete item*)."""
+    return set(tokenize(re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", text)))
+
+
+def constructive_only(query: str) -> bool:
+    """Whether ``query`` asks to build or change something and names no destructive action:
+    then destructive operations are not what it asks for (R-333)."""
+    asked = words(query)
+    return bool(asked & CONSTRUCTIVE_VERBS) and not asked & DESTRUCTIVE_VERBS
+
+
+def destructive(catalog: FrozenCatalog, name: str) -> bool:
+    """A sensitive operation, or one whose own name is a destructive verb (a ``disconnect``
+    sent as a POST is still one). Its name can only make it *more* withheld here, never a
+    safer effect class (R-341)."""
+    descriptor = catalog.descriptors[name]
+    operation = str(descriptor.extra.get("mcp_tool") or descriptor.extra.get(
+        "openapi_operation") or name)
+    return descriptor.capability is Capability.SENSITIVE or bool(
+        words(operation) & DESTRUCTIVE_VERBS)
+
+
 def search_tools(catalog: FrozenCatalog, query: str, *, limit: int = MAX_MATCHES,
                  callable_now: Iterable[str] | None = None) -> dict[str, Any]:
     """The tools view: exact authorized tools matching ``query``.
@@ -117,6 +153,11 @@ def search_tools(catalog: FrozenCatalog, query: str, *, limit: int = MAX_MATCHES
     Returns ``matches`` (name, description, capability, ``callable`` now or ``next_step``, and
     the advertised parameters of a deferred match) and ``newly_callable``: the deferred matches
     the runtime may advertise from the next step.
+
+    A constructive query (create, configure, update…) that names no destructive action gets
+    no destructive operation (delete, disconnect…), however well it matches the words the
+    operations share with their parent: supporting reads and the writes stay (R-333). The
+    count withheld is reported, so the agent can search for the destructive action itself.
     """
     index = index_for(catalog)
     direct = set(callable_now) if callable_now is not None else {
@@ -124,7 +165,12 @@ def search_tools(catalog: FrozenCatalog, query: str, *, limit: int = MAX_MATCHES
     }
     matches: list[dict[str, Any]] = []
     newly: list[str] = []
-    for name in _rank(index.bm25, index.docs, index.names, query)[:max(0, limit)]:
+    ranked = _rank(index.bm25, index.docs, index.names, query)
+    withheld = 0
+    if ranked and constructive_only(query):
+        kept = [name for name in ranked if not destructive(catalog, name)]
+        withheld, ranked = len(ranked) - len(kept), kept
+    for name in ranked[:max(0, limit)]:
         advertised = catalog.projected[name]
         entry: dict[str, Any] = {
             "name": name,
@@ -144,7 +190,10 @@ def search_tools(catalog: FrozenCatalog, query: str, *, limit: int = MAX_MATCHES
         for member in catalog.protocol_of(name):
             if member not in direct and member not in newly:
                 newly.append(member)
-    return {"view": "tools", "matches": matches, "newly_callable": newly}
+    found: dict[str, Any] = {"view": "tools", "matches": matches, "newly_callable": newly}
+    if withheld:
+        found["destructive_withheld"] = withheld
+    return found
 
 
 def search_surfaces(catalog: FrozenCatalog, query: str = "") -> dict[str, Any]:

@@ -14,7 +14,8 @@ from types import MappingProxyType
 
 # Modules holding first-party tools that are part of the tool layer itself rather than a plugin
 # family; the registry loads them exactly as it loads DEFAULT_PLUGINS.
-CORE_PLUGINS: tuple[str, ...] = ("kaizen_server_extension.tools.discovery",)
+CORE_PLUGINS: tuple[str, ...] = ("kaizen_server_extension.tools.discovery",
+                                  "kaizen_server_extension.tools.source_catalog")
 
 #: The first-party plugin modules (``plugins/kaizen_plugins``), loaded by name through the same
 #: hooks a third-party package uses. Named here, not imported, so the tool layer never imports
@@ -47,6 +48,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
 BUILTIN_TOOLS: Mapping[str, str] = MappingProxyType(
     {
         "tool_search": "kaizen_server_extension.tools.discovery",
+        "source_catalog": "kaizen_server_extension.tools.source_catalog",
         "list_available_agents": "kaizen_plugins.roster",
         "show_chat_canvas": "kaizen_plugins.canvas",
         "visualize_read_me": "kaizen_plugins.readme",

@@ -154,3 +154,57 @@ async def test_tool_search_tool_reads_the_catalog_from_the_context():
     assert surfaces["view"] == "surfaces"
     with pytest.raises(MemberSafeError):
         await tool_search.impl(Ctx(), query="models")
+
+
+def _connectors() -> FrozenCatalog:
+    """One parent surface with constructive, supporting-read and destructive operations."""
+    surface = "openapi:s0123456789"
+    tools = [SEARCH,
+             mk("createConnector", "Create a connector and its configuration.", surface,
+                capability=Capability.WRITE),
+             mk("updateConnector", "Update or configure a connector.", surface,
+                capability=Capability.WRITE),
+             mk("getConnectorTypeSchema", "Read a connector type's configuration schema.",
+                surface),
+             mk("deleteConnector", "Delete a connector and its configuration.", surface,
+                capability=Capability.SENSITIVE),
+             # A POST that disconnects: a write by its method, destructive by what it does.
+             mk("disconnectConnector", "Disconnect a connector from its configuration.",
+                surface, capability=Capability.WRITE)]
+    return freeze_catalog(tools, agent_ceiling=None, room_shared=False,
+                          roster_is_only_initiator=True, discovery_enabled=True)
+
+
+@pytest.mark.rule("R-333")
+@pytest.mark.parametrize("query", ["configure a connector", "create a new connector",
+                                   "set up the connector configuration",
+                                   "update connector config"])
+def test_a_constructive_query_gets_no_destructive_sibling(query: str) -> None:
+    result = search_tools(_connectors(), query)
+    names = {m["name"] for m in result["matches"]}
+    assert names & {"createConnector", "updateConnector"}
+    assert not names & {"deleteConnector", "disconnectConnector"}
+    assert not set(result["newly_callable"]) & {"deleteConnector", "disconnectConnector"}
+    assert result["destructive_withheld"] == 2
+
+
+@pytest.mark.rule("R-333")
+def test_a_constructive_query_keeps_its_supporting_read() -> None:
+    names = {m["name"] for m in search_tools(
+        _connectors(), "configure a connector type schema")["matches"]}
+    assert "getConnectorTypeSchema" in names and "deleteConnector" not in names
+
+
+@pytest.mark.parametrize(("query", "expected"), [
+    ("delete the connector", "deleteConnector"),
+    ("disconnect the connector", "disconnectConnector"),
+    # Asking for both a change and a removal is asking for the removal too.
+    ("update the connector, then remove it", "deleteConnector"),
+    # A query that builds nothing is not narrowed.
+    ("connector", "deleteConnector"),
+])
+def test_a_destructive_or_neutral_query_still_finds_destructive_operations(
+        query: str, expected: str) -> None:
+    result = search_tools(_connectors(), query)
+    assert expected in {m["name"] for m in result["matches"]}
+    assert "destructive_withheld" not in result
