@@ -161,7 +161,7 @@ def test_allowing_a_tool_for_the_conversation_answers_its_later_calls_there(
         assert one_shot["authorization"]["approval_id"] == first["approval_id"]
 
 
-@pytest.mark.rule("R-377", "R-240")
+@pytest.mark.rule("R-377")
 def test_each_call_audits_what_authorized_it(grant_server: ServerProcess) -> None:
     """A read, a one-shot approval, a standing grant and Never ask each leave their own
     authorization on the call's audit row; a declined call has none, since nothing let it
