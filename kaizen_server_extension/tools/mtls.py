@@ -211,9 +211,12 @@ def load_client_certificate(context: ssl.SSLContext, material: ClientCertificate
         os.chmod(directory, 0o700)
         _write_owner_only(certificate, material.certificate.encode("ascii"))
         _write_owner_only(key, material.private_key.encode("ascii"))
+        passphrase = material.passphrase.encode("utf-8")
         try:
+            # Always a callable, never None: with None, OpenSSL would prompt for an encrypted
+            # key's passphrase on the server's terminal. An empty one simply fails.
             context.load_cert_chain(str(certificate), str(key),
-                                    password=material.passphrase or None)
+                                    password=lambda: passphrase)
         except (ssl.SSLError, ValueError, OSError):
             raise MtlsUnavailable("The client certificate and key could not be loaded (they "
                                   "do not match, or the passphrase is wrong); nothing was "

@@ -74,6 +74,12 @@ def _material(leaf: trustme.LeafCert, *, one_line: bool = False) -> ClientCertif
     return ClientCertificate.from_fields(certificate, key)
 
 
+def _encrypted(leaf: trustme.LeafCert, passphrase: bytes) -> str:
+    key = load_pem_private_key(leaf.private_key_pem.bytes(), password=None)
+    return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8,
+                             BestAvailableEncryption(passphrase)).decode()
+
+
 def _staged() -> list[str]:
     return sorted(p.name for p in STAGING_ROOT.glob("kaizen-mtls-*"))
 
@@ -145,9 +151,11 @@ def test_a_key_with_a_passphrase_loads_and_a_wrong_one_is_refused(
     certificate = _material(alice_cert).certificate
     load_client_certificate(ssl.create_default_context(),
                             ClientCertificate.from_fields(certificate, encrypted, "open sesame"))
-    with pytest.raises(MtlsUnavailable):
-        load_client_certificate(ssl.create_default_context(),
-                                ClientCertificate.from_fields(certificate, encrypted, "wrong"))
+    # A wrong passphrase, or none (never an OpenSSL prompt on the server's terminal).
+    for wrong in ("wrong", ""):
+        with pytest.raises(MtlsUnavailable):
+            load_client_certificate(ssl.create_default_context(),
+                                    ClientCertificate.from_fields(certificate, encrypted, wrong))
 
 
 @pytest.mark.rule("R-392")
@@ -182,15 +190,22 @@ def _destination(service: OpenApiService) -> Destination:
 
 
 @pytest.mark.rule("R-392")
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plain-key", "encrypted-key"])
 async def test_a_source_requiring_client_certificates_is_reached_with_the_members(
-        service: OpenApiService, tmp_path: Path, alice_cert: trustme.LeafCert) -> None:
+        service: OpenApiService, tmp_path: Path, alice_cert: trustme.LeafCert,
+        encrypted: bool) -> None:
     """The broker's injector for a mutual-TLS destination, through the egress door: the
-    material pasted on one line, staged and removed, the connection carries it."""
+    material pasted on one line (an encrypted key with its passphrase), staged and removed,
+    the connection carries it."""
     before = _staged()
     certificate = alice_cert.cert_chain_pems[0].bytes().decode().replace("\n", "")
-    key = alice_cert.private_key_pem.bytes().decode().replace("\n", "")
-    injector = Injector(_destination(service),
-                        {"certificate": certificate, "private_key": key})
+    secret = {"certificate": certificate}
+    if encrypted:
+        secret["private_key"] = _encrypted(alice_cert, b"open sesame").replace("\n", "")
+        secret["passphrase"] = "open sesame"
+    else:
+        secret["private_key"] = alice_cert.private_key_pem.bytes().decode().replace("\n", "")
+    injector = Injector(_destination(service), secret)
     egress = _egress(service, tmp_path)
     try:
         response = await egress.send(Origin.of(service.origin),
@@ -251,12 +266,6 @@ def test_a_mutual_tls_scheme_compiles_into_a_client_certificate_plan() -> None:
     scheme = make_scheme("mtls")
     assert scheme.fields() == ("certificate", "private_key", "passphrase")
     assert [name for name in scheme.fields() if scheme.optional(name)] == ["passphrase"]
-
-
-def _encrypted(leaf: trustme.LeafCert, passphrase: bytes) -> str:
-    key = load_pem_private_key(leaf.private_key_pem.bytes(), password=None)
-    return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8,
-                             BestAvailableEncryption(passphrase)).decode()
 
 
 @pytest.mark.rule("R-392")
