@@ -46,6 +46,7 @@ from kaizen_server_extension.protocol.authority import AuthorityBundle, verify_b
 from kaizen_server_extension.protocol.tools import ToolCallRequest, ToolCallResult, ToolOutcome
 from kaizen_server_extension.store.runs import RunLane
 from kaizen_server_extension.store.store import Store
+from kaizen_server_extension.tools.authorization import CallAuthorization
 from kaizen_server_extension.tools.metrics import ToolMetrics
 from kaizen_server_extension.tools.pipeline import ToolPipeline
 from kaizen_server_extension.tools.types import RegisteredTool
@@ -79,7 +80,8 @@ class _AllowAll:
 
 class _NullAudit:
     async def record_tool_call(self, bundle: AuthorityBundle, request: ToolCallRequest,
-                               outcome: ToolOutcome, raw: object) -> None:
+                               outcome: ToolOutcome, raw: object,
+                               authorization: CallAuthorization | None = None) -> None:
         return None
 
 

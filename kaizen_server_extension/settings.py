@@ -175,7 +175,9 @@ class CredentialSchemeModel(BaseModel):
 
     # Query-string credentials are not offered for static destinations: a URL is logged and
     # cached in too many places (spec: External OpenAPI sources, the query-auth ceiling).
-    kind: Literal["bearer", "header", "basic", "cookie"]
+    # ``mtls``: a client certificate (and its key, and the key's passphrase when encrypted)
+    # presented on the one request's own TLS connection (docs/credentials.md).
+    kind: Literal["bearer", "header", "basic", "cookie", "mtls"]
     name: Annotated[str, Field(max_length=64)] = ""
 
 
@@ -190,6 +192,9 @@ class CredentialDestinationModel(BaseModel):
     scheme: CredentialSchemeModel
     label: Annotated[str, Field(max_length=200)] = ""
     enabled: bool = True
+    #: A CA bundle that verifies the destination's server certificate (a private CA), for
+    #: the requests the broker sends itself; empty: the default trust store.
+    ca_file: Annotated[str, Field(max_length=1024)] = ""
 
     # The origin and scheme are checked where they are used, at start-up
     # (credentials/service.py), which refuses to start naming the destination.
@@ -420,6 +425,11 @@ class KaizenSettings(BaseModel):
                                  "KAIZEN_CREDENTIAL_DESTINATIONS does not declare")
             if _origin(destination.origin) != _origin(server.url):
                 raise ValueError(f"{named} is not on the origin of credential destination "
+                                 f"{destination.id!r}")
+            if destination.scheme.kind == "mtls":
+                # The MCP client's session presents no client certificate: binding one would
+                # send the calls without it.
+                raise ValueError(f"{named} cannot use the mutual-TLS destination "
                                  f"{destination.id!r}")
         return self
 

@@ -161,7 +161,8 @@ def _page(title: str, body: str) -> str:
 
 _FIELD_LABELS = {"value": "Credential", "username": "User name", "password": "Password",
                  "certificate": "Client certificate (PEM)",
-                 "private_key": "Private key (PEM)"}
+                 "private_key": "Private key (PEM)",
+                 "passphrase": "Private key passphrase (only if the key is encrypted)"}
 
 
 class CredentialFormPage(JupyterHandler):
@@ -204,7 +205,7 @@ class CredentialFormPage(JupyterHandler):
     async def post(self, token: str) -> None:
         fields = {name: self.get_body_argument(name, "", strip=False)
                   for name in ("value", "username", "password", "certificate",
-                               "private_key")}
+                               "private_key", "passphrase")}
         remember = self.get_body_argument("remember", "") == "yes"
         try:
             submitted = await _service(self.kaizen).forms.submit(
@@ -227,12 +228,14 @@ class CredentialFormPage(JupyterHandler):
     def _form(self, form: OpenForm) -> None:
         destination = form.destination
         origin = html.escape(destination.origin)
+        scheme = destination.scheme
         inputs = "".join(
             f"<label for=\"kz-{name}\">{_FIELD_LABELS[name]}</label>"
             f"<input id=\"kz-{name}\" name=\"{name}\" "
-            f"type=\"{'text' if name == 'username' else 'password'}\" required "
+            f"type=\"{'text' if name == 'username' else 'password'}\" "
+            f"{'' if scheme.optional(name) else 'required '}"
             "autocomplete=\"off\" spellcheck=\"false\">"
-            for name in destination.scheme.fields())
+            for name in scheme.fields())
         remember = ("<label><input type=\"checkbox\" name=\"remember\" value=\"yes\" "
                     "id=\"kz-remember\"> Remember it for later requests (stored sealed; "
                     "delete it any time)</label>") if form.remember_offered else ""
@@ -356,8 +359,19 @@ def credentials_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
                            "enabled": {"type": "boolean"}, "provider": string,
                            "scheme": {"type": "object", "required": ["kind"], "properties": {
                                "kind": {"enum": ["bearer", "header", "basic", "cookie",
-                                                 "query"]},
-                               "name": nullable}}}},
+                                                 "query", "mtls"]},
+                               "name": nullable}},
+                           "fields": {
+                               "description": "The fields the form asks for, without any "
+                                              "value (a passphrase only for an encrypted "
+                                              "private key)",
+                               "type": "array", "items": {
+                                   "type": "object", "required": ["name", "required"],
+                                   "properties": {
+                                       "name": {"enum": ["value", "username", "password",
+                                                         "certificate", "private_key",
+                                                         "passphrase"]},
+                                       "required": {"type": "boolean"}}}}}},
         "CredentialRef": {
             "type": "object",
             "required": ["credential_ref", "destination", "origin", "retention"],

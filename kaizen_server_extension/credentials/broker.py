@@ -31,6 +31,7 @@ import base64
 import json
 import logging
 import secrets
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ from kaizen_server_extension.tools.mtls import (
     CERTIFICATE_LABELS,
     KEY_LABELS,
     ClientCertificate,
+    load_client_certificate,
     pem_blocks,
 )
 
@@ -463,20 +465,22 @@ class CredentialBroker:
         variants = held.variants()
 
         async def perform(injector: Injector) -> tuple[httpx.Response, bytes, bool]:
-            if destination.scheme.kind == "mtls":
-                # A client certificate is presented only through the egress door of sources,
-                # which stages it in /dev/shm (R-392); this plain client cannot.
-                raise CredentialRefused("A client certificate is only used by the source it "
-                                        "was entered for; this request was not sent.",
-                                        "mtls_not_supported_here")
+            material = injector.client_certificate()
+            if material is not None and client is not None:
+                # The certificate rides on this request's own connection only: a client the
+                # tool brought has its own TLS context, which must not be given the key.
+                raise CredentialRefused("A client certificate is sent only on a connection "
+                                        "of its own; this request was not sent.",
+                                        "mtls_own_connection")
             request_headers = dict(headers or {})
             request_params = dict(params or {})
             injector.apply(request_headers)
             injector.apply_query(request_params)
             own = client is None
             http = client or httpx.AsyncClient(
-                transport=httpx.AsyncHTTPTransport(retries=0), trust_env=False,
-                timeout=timeout_s)
+                transport=httpx.AsyncHTTPTransport(
+                    retries=0, verify=_tls_context(destination, material)),
+                trust_env=False, timeout=timeout_s)
             try:
                 request = http.build_request(method, url, params=request_params or None,
                                              json=json_body, content=content,
@@ -511,6 +515,22 @@ class CredentialBroker:
         safe = scrub(safe_headers, variants)
         assert isinstance(safe, dict)
         return BrokeredResponse(response.status_code, safe, scrubbed, truncated)
+
+
+def _tls_context(destination: Destination,
+                 material: ClientCertificate | None) -> ssl.SSLContext | bool:
+    """How a request the broker sends itself verifies TLS: against the destination's CA
+    bundle when the administrator named one (else httpx's default trust), presenting a
+    mutual-TLS destination's client certificate, loaded through /dev/shm only (R-392). A
+    fresh context per request, so a certificate is never on a connection another request
+    could reuse."""
+    if not destination.ca_file and material is None:
+        return True
+    context = (ssl.create_default_context(cafile=destination.ca_file) if destination.ca_file
+               else httpx.create_ssl_context())
+    if material is not None:
+        load_client_certificate(context, material)
+    return context
 
 
 def delivery_status(exc: BaseException, effect: str) -> str:
@@ -572,7 +592,8 @@ class Injector:
         if not self._secret:
             raise CredentialRefused("This credential was already used.", "credential_spent")
         return ClientCertificate.from_fields(self._secret["certificate"],
-                                             self._secret["private_key"])
+                                             self._secret["private_key"],
+                                             self._secret.get("passphrase", ""))
 
     def clear(self) -> None:
         self._secret = {}

@@ -21,6 +21,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Protocol
 from urllib.parse import urlsplit
 
@@ -49,14 +50,25 @@ class Scheme:
     name: str = ""
 
     def fields(self) -> tuple[str, ...]:
-        """The secret fields a member enters for this scheme."""
+        """The secret fields a member enters for this scheme (:meth:`optional` ones may be
+        left empty)."""
         if self.kind == "basic":
             return ("username", "password")
         if self.kind == "mtls":
             # PEM on one line: a browser's field drops the line breaks, and the form refuses
-            # control characters; tools/mtls.py puts them back.
-            return ("certificate", "private_key")
+            # control characters; tools/mtls.py puts them back. The passphrase is only for
+            # an encrypted private key.
+            return ("certificate", "private_key", "passphrase")
         return ("value",)
+
+    def optional(self, field_name: str) -> bool:
+        """Whether the member may leave ``field_name`` empty."""
+        return self.kind == "mtls" and field_name == "passphrase"
+
+    def form_fields(self) -> list[dict[str, object]]:
+        """The form's schema, free of any value: each field's name and whether it is
+        required."""
+        return [{"name": name, "required": not self.optional(name)} for name in self.fields()]
 
     def describe(self) -> str:
         return {"bearer": "a bearer token (Authorization: Bearer …)",
@@ -64,7 +76,8 @@ class Scheme:
                 "header": f"an API key sent in the {self.name} header",
                 "cookie": f"a session value sent as the {self.name} cookie",
                 "query": f"an API key sent as the {self.name} query parameter",
-                "mtls": "a client certificate and its private key (mutual TLS)",
+                "mtls": "a client certificate and its private key, with the key's "
+                        "passphrase if it is encrypted (mutual TLS)",
                 }[self.kind]
 
 
@@ -79,6 +92,9 @@ class Destination:
     provider: str = "settings"
     #: The declaring source's own version (its URLs, say): a change is a new destination.
     revision: str = ""
+    #: The CA bundle (a file the administrator names) that verifies the destination's server
+    #: certificate when the broker connects itself; empty: the default trust store.
+    ca_file: str = ""
 
     @property
     def policy_name(self) -> str:
@@ -97,6 +113,7 @@ class Destination:
     def public(self) -> dict[str, object]:
         return {"id": self.id, "origin": self.origin, "label": self.label or self.id,
                 "scheme": {"kind": self.scheme.kind, "name": self.scheme.name or None},
+                "fields": self.scheme.form_fields(),
                 "enabled": self.enabled, "provider": self.provider}
 
 
@@ -240,10 +257,17 @@ def destination_from_settings(entry: Mapping[str, object]) -> Destination:
     scheme = entry.get("scheme") or {}
     assert isinstance(scheme, Mapping)
     try:
-        return Destination(id=str(entry["id"]), origin=origin_of(str(entry["origin"])),
-                           scheme=make_scheme(str(scheme.get("kind", "")),
-                                              str(scheme.get("name", "") or "")),
-                           label=str(entry.get("label", "") or ""),
-                           enabled=bool(entry.get("enabled", True)))
+        destination = Destination(
+            id=str(entry["id"]), origin=origin_of(str(entry["origin"])),
+            scheme=make_scheme(str(scheme.get("kind", "")), str(scheme.get("name", "") or "")),
+            label=str(entry.get("label", "") or ""), enabled=bool(entry.get("enabled", True)),
+            ca_file=str(entry.get("ca_file", "") or ""))
+        # A client certificate is a TLS thing: plain HTTP (even to a loopback host) could
+        # never present it.
+        if destination.scheme.kind == "mtls" and not destination.origin.startswith("https:"):
+            raise DestinationInvalid("a mutual-TLS destination must be https://")
+        if destination.ca_file and not Path(destination.ca_file).is_file():
+            raise DestinationInvalid("its ca_file is not a readable file")
+        return destination
     except DestinationInvalid as exc:
         raise DestinationInvalid(f"destination {str(entry.get('id'))[:32]!r}: {exc}") from None

@@ -38,6 +38,11 @@ from kaizen_server_extension.credentials.destinations import Destination
 from kaizen_server_extension.protocol.errors import MemberError
 from kaizen_server_extension.store.credentials import CredentialRecords, NonceSpent
 from kaizen_server_extension.store.store import Store
+from kaizen_server_extension.tools.mtls import (
+    ClientCertificate,
+    MtlsUnavailable,
+    check_client_material,
+)
 
 #: How long an issued form can be submitted (spec: a five-minute expiry).
 FORM_TTL_S = 300
@@ -254,8 +259,11 @@ class CredentialForms:
 
 def _secret_fields(destination: Destination, fields: Mapping[str, str]) -> dict[str, str]:
     secret: dict[str, str] = {}
-    for name in destination.scheme.fields():
+    scheme = destination.scheme
+    for name in scheme.fields():
         value = fields.get(name, "")
+        if scheme.optional(name) and value == "":
+            continue  # left empty, as it may be (an unencrypted key's passphrase)
         if not isinstance(value, str) or not value or len(value) > MAX_SECRET_CHARS \
                 or any(ord(c) < 32 or c == "\x7f" for c in value):
             raise _FormInvalid(f"Enter the {name.replace('_', ' ')} (at most "
@@ -264,4 +272,17 @@ def _secret_fields(destination: Destination, fields: Mapping[str, str]) -> dict[
         secret[name] = value
     if destination.scheme.kind == "basic" and ":" in secret["username"]:
         raise _FormInvalid("A user name cannot contain ':'.", code="credential_field_invalid")
+    if destination.scheme.kind == "mtls":
+        _check_client_material(secret)
     return secret
+
+
+def _check_client_material(secret: Mapping[str, str]) -> None:
+    """A client certificate that could never be presented (not PEM, a key that is not its
+    own, an encrypted key without its passphrase or with a wrong one) is refused now, in
+    memory, before the nonce is claimed: nothing is stored and the member can correct it."""
+    try:
+        check_client_material(ClientCertificate.from_fields(
+            secret["certificate"], secret["private_key"], secret.get("passphrase", "")))
+    except MtlsUnavailable as exc:
+        raise _FormInvalid(str(exc), code=exc.code) from None

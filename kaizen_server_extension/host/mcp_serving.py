@@ -30,6 +30,7 @@ from kaizen_server_extension.protocol.tools import (
 )
 from kaizen_server_extension.store.core import audit_insert
 from kaizen_server_extension.store.store import Store
+from kaizen_server_extension.tools.authorization import CallAuthorization
 from kaizen_server_extension.tools.pipeline import ToolPipeline
 from kaizen_server_extension.tools.ports import CallFactsView
 from kaizen_server_extension.tools.settlement import delegates
@@ -69,6 +70,9 @@ class MemberFacts:
     def granted(self, tool: str) -> bool | None:
         return None
 
+    def grant_approval(self, tool: str) -> str | None:
+        return None
+
 
 class MemberAuthority:
     """The authority of a call outside any run: exactly the bundle minted for the
@@ -93,10 +97,12 @@ class ServedAudit:
         self._store = store
 
     async def record_tool_call(self, bundle: AuthorityBundle, request: ToolCallRequest,
-                               outcome: ToolOutcome, raw: object) -> None:
+                               outcome: ToolOutcome, raw: object,
+                               authorization: CallAuthorization | None = None) -> None:
         await self._store.run(audit_insert(bundle.member, "tool.call", {
             "tool": request.name, "call_id": request.call_id, "outcome": outcome.value,
-            "via": VIA}))
+            "via": VIA, "authorization": (None if authorization is None
+                                          else authorization.audit())}))
 
 
 class NoApprovals:

@@ -46,6 +46,7 @@ from kaizen_server_extension.store.core import Tx, new_id, utcnow
 from kaizen_server_extension.store.library import LibraryStore
 from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.store.tool_grants import NotGrantable, grant_in
+from kaizen_server_extension.tools.authorization import CallAuthorization
 from kaizen_server_extension.tools.ports import CallFactsView
 from kaizen_server_extension.tools.services import ArtifactServices, ToolServices
 from kaizen_server_extension.tools.types import RegisteredTool, ResourceVerdict
@@ -325,12 +326,14 @@ class StoreApprovals:
 
 
 def tool_call_audit(bundle: AuthorityBundle, request: ToolCallRequest, outcome: ToolOutcome,
-                    raw: object) -> HeldAudit:
-    """A tool call's audit row: outcome and the bounded raw result; raw text never leaves
-    audit."""
+                    raw: object, authorization: CallAuthorization | None = None) -> HeldAudit:
+    """A tool call's audit row: outcome, the bounded raw result (raw text never leaves
+    audit) and what authorized the call to run — no decision needed, Never ask, a standing
+    grant or a one-shot approval (R-377) — or None when it never ran."""
     return HeldAudit(bundle.member, {
         "tool": request.name, "call_id": request.call_id, "outcome": outcome.value,
         "raw": _bounded_raw(raw),
+        "authorization": None if authorization is None else authorization.audit(),
     }, bundle.conversation_id, bundle.run_id)
 
 
@@ -342,8 +345,10 @@ class StoreAudit:
         self._store = store
 
     async def record_tool_call(self, bundle: AuthorityBundle, request: ToolCallRequest,
-                               outcome: ToolOutcome, raw: object) -> None:
-        await self._store.run(tool_call_audit(bundle, request, outcome, raw).unit())
+                               outcome: ToolOutcome, raw: object,
+                               authorization: CallAuthorization | None = None) -> None:
+        await self._store.run(
+            tool_call_audit(bundle, request, outcome, raw, authorization).unit())
 
 
 class HeldCallAudit:
@@ -357,8 +362,9 @@ class HeldCallAudit:
         self._holding = True
 
     async def record_tool_call(self, bundle: AuthorityBundle, request: ToolCallRequest,
-                               outcome: ToolOutcome, raw: object) -> None:
-        row = tool_call_audit(bundle, request, outcome, raw)
+                               outcome: ToolOutcome, raw: object,
+                               authorization: CallAuthorization | None = None) -> None:
+        row = tool_call_audit(bundle, request, outcome, raw, authorization)
         if self._holding:
             self._held.append(row)
             return

@@ -53,6 +53,8 @@ class CallFacts:
     # "Allow for this conversation" of the run's member, for the tools read (open_call reads
     # the called tool's); None when these facts read no grant.
     grants: Mapping[str, bool] | None = None
+    # The approval that made each grant read (absent once that approval row is gone).
+    grant_approvals: Mapping[str, str] | None = None
 
     def allowed(self, tool: str) -> bool | None:
         """The admin policy for ``tool``, or None when these facts did not read it."""
@@ -68,6 +70,10 @@ class CallFacts:
         """Whether the member allowed ``tool`` for the run's conversation, or None when these
         facts did not read it (then only an approval answers the gate)."""
         return None if self.grants is None else self.grants.get(tool)
+
+    def grant_approval(self, tool: str) -> str | None:
+        """The approval decision that made the grant of ``tool`` these facts read, if any."""
+        return None if self.grant_approvals is None else self.grant_approvals.get(tool)
 
 
 _RUNS = m.Base.metadata.tables[m.Run.__tablename__]
@@ -96,10 +102,16 @@ def _policy_of(member: Any) -> Any:
             .correlate_except(_POLICIES).scalar_subquery())
 
 
+# What a grant row reads as when the approval that made it is gone (SET NULL): still a grant.
+_GRANT_WITHOUT_APPROVAL = ""
+
+
 def _grant_of(member: Any, conversation: Any) -> Any:
-    """Whether ``member`` allowed the called tool for ``conversation`` (a count, 0 or 1: the
-    primary key is exactly this triple), as a scalar subquery."""
-    return (select(func.count()).select_from(_GRANTS)
+    """``member``'s grant of the called tool for ``conversation`` as a scalar subquery: NULL
+    when there is none (the primary key is exactly this triple, so at most one row), else the
+    id of the approval that made it, or ``_GRANT_WITHOUT_APPROVAL`` once that is gone."""
+    return (select(func.coalesce(_GRANTS.c.approval_id,
+                                 literal(_GRANT_WITHOUT_APPROVAL, String())))
             .where(_GRANTS.c.member == member, _GRANTS.c.conversation_id == conversation,
                    _GRANTS.c.tool == bindparam("b_tool"))
             .correlate_except(_GRANTS).scalar_subquery())
@@ -188,7 +200,8 @@ def call_facts_of(run_id: str, tool: str, row: tuple[Any, ...]) -> tuple[str, Ca
     return str(conversation), CallFacts(
         run_id, member, status, run_fence, audience, mode, policies,
         only_initiator=participants == 1 and own == 1, policy_tools=frozenset({tool}),
-        grants={tool: bool(grant)})
+        grants={tool: grant is not None},
+        grant_approvals={tool: str(grant)} if grant else {})
 
 
 @dataclass

@@ -34,6 +34,24 @@ class AuthorizedBy(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class GrantRef:
+    """Which standing "allow for this conversation" grant answered the gate.
+
+    (member, conversation, tool) is the grant's key, but a grant can be revoked and made
+    again; the approval decision that made it tells the two apart."""
+
+    conversation_id: str
+    tool: str
+    #: The approval decided with scope "conversation" that made the grant; None once that
+    #: approval row is gone (the grant keeps standing).
+    approval_id: str | None
+
+    def audit(self) -> dict[str, Any]:
+        return {"conversation_id": self.conversation_id, "tool": self.tool,
+                "approval_id": self.approval_id}
+
+
+@dataclass(frozen=True, slots=True)
 class CallAuthorization:
     by: AuthorizedBy
     #: The member's resolved permission mode when the gate decided.
@@ -42,10 +60,14 @@ class CallAuthorization:
     approval_id: str | None = None
     #: The run the call belongs to.
     run_id: str | None = None
+    #: The standing grant that answered the gate (``CONVERSATION_GRANT`` only).
+    grant: GrantRef | None = None
 
     def __post_init__(self) -> None:
         if (self.by is AuthorizedBy.ONE_SHOT_APPROVAL) != (self.approval_id is not None):
             raise ValueError("an approval id goes with a one-shot approval, and only with it")
+        if (self.by is AuthorizedBy.CONVERSATION_GRANT) != (self.grant is not None):
+            raise ValueError("a grant goes with a conversation grant, and only with it")
 
     def audit(self) -> dict[str, Any]:
         """The fact as an audit field: no argument, value or result."""
@@ -54,6 +76,8 @@ class CallAuthorization:
             shown["approval_id"] = self.approval_id
         if self.run_id is not None:
             shown["run_id"] = self.run_id
+        if self.grant is not None:
+            shown["grant"] = self.grant.audit()
         return shown
 
 
@@ -77,4 +101,5 @@ def authorized_as(authorization: CallAuthorization) -> Iterator[None]:
         _CURRENT.reset(token)
 
 
-__all__ = ["AuthorizedBy", "CallAuthorization", "authorized_as", "current_authorization"]
+__all__ = ["AuthorizedBy", "CallAuthorization", "GrantRef", "authorized_as",
+           "current_authorization"]

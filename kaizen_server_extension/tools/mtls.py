@@ -18,6 +18,14 @@ and opened per request — ``credentials/crypto.py``), never in the database in 
 
 PEM text entered in a browser's single-line field loses its line breaks; :func:`pem_blocks`
 puts them back, so a pasted certificate or key works as entered.
+
+An **encrypted** private key (PKCS#8, ``-----BEGIN ENCRYPTED PRIVATE KEY-----``) comes with its
+passphrase. It is staged exactly as entered — still encrypted — and OpenSSL decrypts it in
+memory while the context loads (``load_cert_chain(password=…)``), so the decrypted key is
+never written anywhere, /dev/shm included. :func:`check_client_material` is the same check
+ahead of time, entirely in memory (``cryptography``, no file at all): the form runs it on
+submit, so a wrong passphrase or a key that does not belong to the certificate is refused
+with a clear reason before anything is stored.
 """
 
 from __future__ import annotations
@@ -41,6 +49,11 @@ _PEM_RE = re.compile(
 CERTIFICATE_LABELS = frozenset({"CERTIFICATE"})
 KEY_LABELS = frozenset({"PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY",
                         "ENCRYPTED PRIVATE KEY"})
+
+
+#: OpenSSL reads a passphrase into a 1024-byte buffer (PEM_BUFSIZE): a longer one can never
+#: open a key, so it is refused when entered rather than when used.
+MAX_PASSPHRASE_BYTES = 1023
 
 
 class MtlsUnavailable(MemberSafeError):
@@ -97,6 +110,57 @@ class CarriesClientCertificate(Protocol):
     def client_certificate(self) -> ClientCertificate | None: ...
 
 
+def _invalid(message: str, code: str = "mtls_material_invalid") -> MtlsUnavailable:
+    return MtlsUnavailable(message, code=code)
+
+
+def check_client_material(material: ClientCertificate) -> None:
+    """Refuse material that could never be presented, in memory and with a member-safe
+    reason (none quotes the material or the passphrase): a key that is encrypted but came
+    without a passphrase (``mtls_passphrase_required``), a passphrase that does not open it
+    (``mtls_passphrase_wrong``), a passphrase for a key that is not encrypted
+    (``mtls_passphrase_unexpected``), or a key that does not belong to the first certificate
+    of the chain (``mtls_material_invalid``)."""
+    # Imported here: only the form's submission needs it, not every egress import.
+    from cryptography import x509
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives.serialization import (
+        Encoding,
+        PublicFormat,
+        load_pem_private_key,
+    )
+
+    passphrase = material.passphrase.encode("utf-8")
+    if len(passphrase) > MAX_PASSPHRASE_BYTES:
+        raise _invalid(f"The passphrase is too long (at most {MAX_PASSPHRASE_BYTES} bytes).",
+                       "mtls_passphrase_wrong")
+    encrypted = "-----BEGIN ENCRYPTED PRIVATE KEY-----" in material.private_key
+    if encrypted and not passphrase:
+        raise _invalid("The private key is encrypted: enter its passphrase.",
+                       "mtls_passphrase_required")
+    if passphrase and not encrypted:
+        raise _invalid("The private key is not encrypted: leave the passphrase empty.",
+                       "mtls_passphrase_unexpected")
+    try:
+        key = load_pem_private_key(material.private_key.encode("ascii"),
+                                   password=passphrase or None)
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        if encrypted:
+            raise _invalid("The passphrase does not open this private key (or the key is "
+                           "damaged).", "mtls_passphrase_wrong") from None
+        raise _invalid("The private key could not be read.") from None
+    try:
+        certificate = x509.load_pem_x509_certificate(material.certificate.encode("ascii"))
+        # The chain's first certificate is the one the key must belong to.
+        presented = certificate.public_key().public_bytes(
+            Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+        held = key.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        raise _invalid("The client certificate could not be read.") from None
+    if presented != held:
+        raise _invalid("The private key does not belong to the client certificate.")
+
+
 def _memory_backed(root: Path) -> bool:
     """Whether ``root`` is a directory on a memory file system (tmpfs)."""
     if not root.is_dir():
@@ -147,9 +211,12 @@ def load_client_certificate(context: ssl.SSLContext, material: ClientCertificate
         os.chmod(directory, 0o700)
         _write_owner_only(certificate, material.certificate.encode("ascii"))
         _write_owner_only(key, material.private_key.encode("ascii"))
+        passphrase = material.passphrase.encode("utf-8")
         try:
+            # Always a callable, never None: with None, OpenSSL would prompt for an encrypted
+            # key's passphrase on the server's terminal. An empty one simply fails.
             context.load_cert_chain(str(certificate), str(key),
-                                    password=material.passphrase or None)
+                                    password=lambda: passphrase)
         except (ssl.SSLError, ValueError, OSError):
             raise MtlsUnavailable("The client certificate and key could not be loaded (they "
                                   "do not match, or the passphrase is wrong); nothing was "
@@ -161,4 +228,4 @@ def load_client_certificate(context: ssl.SSLContext, material: ClientCertificate
 
 
 __all__ = ["CarriesClientCertificate", "ClientCertificate", "MtlsUnavailable",
-           "load_client_certificate", "pem_blocks"]
+           "check_client_material", "load_client_certificate", "pem_blocks"]

@@ -19,8 +19,9 @@ Order (spec: What happens on a tool call; R-223), every step on every call:
 7. guardrail chain and approval mode; a call needing a decision is persisted before any wait
    and reported as :class:`ApprovalPending`; an approved receipt is consumed once (R-224,
    R-240..R-242). The member's "allow for this conversation" for a write tool, read with the
-   call's facts, answers what their mode asks (never an operator guardrail's demand), and the
-   call's audit row says so;
+   call's facts, answers what their mode asks (never an operator guardrail's demand). What
+   authorized the call — no decision needed, Never ask, the grant, or the one-shot approval
+   consumed — goes with it to its audit row (R-377; ``tools/authorization.py``);
 8. the write guard and the tool's own resource authorization, after any approval and
    immediately before execution (R-223, R-226): for every call that may have an effect, the
    run is re-checked live and the member's permission re-resolved at that instant; a tool
@@ -90,6 +91,7 @@ from kaizen_server_extension.tools import settlement
 from kaizen_server_extension.tools.authorization import (
     AuthorizedBy,
     CallAuthorization,
+    GrantRef,
     authorized_as,
 )
 from kaizen_server_extension.tools.ledger import TurnLedger
@@ -141,10 +143,6 @@ DEFAULT_PROJECTION_LIMIT = 16_000
 # declared no class (which may not be in a shared room at all).
 _PRIVATE_ROOM_CLASSES = frozenset({RoomClass.ACTOR_PRIVATE_READ, RoomClass.UNKNOWN})
 
-
-#: How a grant-answered call's audit row says so, distinct from a one-shot approval (R-377).
-GRANT_AUDIT_KEY = "approved_by"
-GRANT_AUDIT_VALUE = "conversation_grant"
 
 
 class ScrubbedToolError(Exception):
@@ -274,8 +272,7 @@ class ToolPipeline:
             return settlement.denied(request, denied, descriptor)
         if isinstance(gate, Settlement):
             return gate
-        authorization = CallAuthorization(gate.by, gate.mode, gate.approval_id,
-                                          bundle.run_id)
+        authorization = replace(gate, run_id=bundle.run_id)
         try:
             refused = await self._guard_write(bundle, request, registered, arguments)
         except PolicyDenied as denied:
@@ -290,10 +287,8 @@ class ToolPipeline:
                 return unusable
         settled = await self._execute(bundle, request, registered, arguments, audit,
                                       credential, authorization)
-        if gate.by is AuthorizedBy.CONVERSATION_GRANT:
-            settled = replace(settled, raw={GRANT_AUDIT_KEY: GRANT_AUDIT_VALUE,
-                                            "raw": settled.raw})
-        return await self._check_result(bundle, request, descriptor, settled)
+        return await self._check_result(bundle, request, descriptor,
+                                        replace(settled, authorization=authorization))
 
     # --- steps 2-4: permissions, ceiling, room ---------------------------------------------
 
@@ -442,8 +437,11 @@ class ToolPipeline:
         demanded = isinstance(verdict, NeedsApproval)
         if not (decide(mode, descriptor).needs_approval or demanded):
             # Never ask is a distinct, explicitly chosen authorization, not "no decision":
-            # it is what let a call run that the other modes would have asked about.
-            asked_otherwise = decide(ApprovalMode.ASK_FOR_WRITES, descriptor).needs_approval
+            # it is what let a call run that another mode would have asked about. Always ask
+            # asks for everything the default asks for and more (a member-store write too),
+            # so it is the mode to compare with.
+            asked_otherwise = any(decide(other, descriptor).needs_approval
+                                  for other in ApprovalMode if other is not mode)
             by = (AuthorizedBy.NEVER_ASK if mode is ApprovalMode.NEVER_ASK and asked_otherwise
                   else AuthorizedBy.NOT_REQUIRED)
             return CallAuthorization(by, str(mode))
@@ -452,7 +450,10 @@ class ToolPipeline:
         # after an approval (fresh facts, no grant read) consumes its one-shot receipt.
         if (not demanded and grantable(descriptor.capability) and facts is not None
                 and facts.member == bundle.member and facts.granted(request.name) is True):
-            return CallAuthorization(AuthorizedBy.CONVERSATION_GRANT, str(mode))
+            return CallAuthorization(
+                AuthorizedBy.CONVERSATION_GRANT, str(mode),
+                grant=GrantRef(bundle.conversation_id, request.name,
+                               facts.grant_approval(request.name) or None))
         consumed = await self._approval(bundle, request, descriptor, arguments)
         if isinstance(consumed, Settlement):
             return consumed
@@ -623,14 +624,14 @@ class ToolPipeline:
             done, _ = await asyncio.wait(waiters, timeout=timeout,
                                          return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
-            await self._abandon(bundle, request, descriptor, task, audit)
+            await self._abandon(bundle, request, descriptor, task, audit, authorization)
             raise
         finally:
             if stop is not None:
                 stop.cancel()
         if task not in done:
             if stop is not None and stop in done:
-                await self._abandon(bundle, request, descriptor, task, audit)
+                await self._abandon(bundle, request, descriptor, task, audit, authorization)
                 raise RunCancelled()
             # A call that may have had an effect reports a tool that would not stop in its one
             # operator WARNING, so the unknown outcome stays one line an operator can join.
@@ -691,11 +692,13 @@ class ToolPipeline:
         descriptor: ToolDescriptor,
         task: asyncio.Future[object],
         audit: AuditSink,
+        authorization: CallAuthorization | None,
     ) -> None:
         """The turn was cancelled under a running tool: stop it and count it, settle nothing."""
         await self._stop(task)
         self._metrics.record(request.name, descriptor.capability, ToolOutcome.ABANDONED)
-        await self._audit_safely(audit, bundle, request, ToolOutcome.ABANDONED, None)
+        await self._audit_safely(audit, bundle, request, ToolOutcome.ABANDONED, None,
+                                 authorization)
 
     # --- step 10: classification, projection and the result guardrails ---------------
 
@@ -779,17 +782,19 @@ class ToolPipeline:
                 outcome=result.outcome, reason_code=settled.reason_code or "failed",
                 domain=result.failure_domain, exit_status=settled.exit_status,
             )
-        await self._audit_safely(audit, bundle, request, result.outcome, settled.raw)
+        await self._audit_safely(audit, bundle, request, result.outcome, settled.raw,
+                                 settled.authorization)
         return result
 
     @staticmethod
     async def _audit_safely(
         audit: AuditSink, bundle: AuthorityBundle, request: ToolCallRequest,
-        outcome: ToolOutcome, raw: object,
+        outcome: ToolOutcome, raw: object, authorization: CallAuthorization | None,
     ) -> None:
         # The call has already happened; a failing audit sink must not turn a settled write
         # into an unknown one, so it is reported to operators and the result still returns.
         try:
-            await audit.record_tool_call(bundle, request, outcome, raw)
+            await audit.record_tool_call(bundle, request, outcome, raw,
+                                         authorization=authorization)
         except Exception:
             log.exception("audit sink failed for tool %s", request.name)

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from kaizen_server_extension.policy.approvals import ApprovalMode, ApprovalReceipt
 from kaizen_server_extension.protocol.authority import AuthorityBundle
 from kaizen_server_extension.protocol.tools import ToolCallRequest, ToolOutcome
+from kaizen_server_extension.tools.authorization import CallAuthorization
 from kaizen_server_extension.tools.types import RegisteredTool, ResourceVerdict, ToolDescriptor
 
 
@@ -45,6 +46,12 @@ class CallFactsView(Protocol):
         """Whether the member allowed ``tool`` for the rest of the run's conversation, or None
         when these facts did not read it. Only facts read when the call was journaled carry
         it, so a re-run after an approval consumes its receipt as before."""
+        ...
+
+    def grant_approval(self, tool: str) -> str | None:
+        """The approval decision that made the member's grant of ``tool`` here, when these
+        facts read a grant and that approval is still on record; it tells a grant from a
+        revoked-and-remade one in the audit (R-377)."""
         ...
 
 
@@ -123,8 +130,10 @@ class AuditSink(Protocol):
         request: ToolCallRequest,
         outcome: ToolOutcome,
         raw: object,
+        authorization: CallAuthorization | None = None,
     ) -> None:
-        """Keep the raw result for audit only; it never reaches the model or the member."""
+        """Keep the raw result for audit only; it never reaches the model or the member.
+        ``authorization`` is what let the call run (R-377): None when it never ran."""
         ...
 
 

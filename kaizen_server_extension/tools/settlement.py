@@ -26,6 +26,7 @@ from kaizen_server_extension.protocol.tools import (
     ToolOutcome,
     WriteCategory,
 )
+from kaizen_server_extension.tools.authorization import CallAuthorization
 from kaizen_server_extension.tools.outcomes import advice_for, failure_details
 from kaizen_server_extension.tools.types import ToolDescriptor, TrustedBody
 
@@ -60,6 +61,8 @@ class Settlement:
     remember: bool = False
     # A tool that raised is recorded as its outcome, not written to the failed-result log.
     log_failure: bool = True
+    # What let the call run, for its audit row; None for a call that never ran.
+    authorization: CallAuthorization | None = None
 
 
 def may_have_effect(descriptor: ToolDescriptor) -> bool:

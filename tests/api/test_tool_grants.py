@@ -19,7 +19,6 @@ from sqlalchemy import select
 
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.store import Store
-from kaizen_server_extension.tools.pipeline import GRANT_AUDIT_KEY, GRANT_AUDIT_VALUE
 from tests.conftest import BACKENDS, scripted_server, with_server_store
 from tests.lanes.test_turns import _events, _pending_approval, _send, _settled
 from tests.support.grant_guard_plugin import DENIED_TITLE, REVIEWED_TITLE
@@ -44,6 +43,12 @@ SCRIPTS: list[dict[str, Any]] = [
     {"match": "launch the probe", "responses": [
         {"tool_calls": [{"name": "launch_probe", "arguments": {"target": "lab-1"}}]},
         {"text": "Launched."}]},
+    # The four ways a call is authorized, each its own script (R-377).
+    *({"match": f"record {how}", "responses": [_save(f"Record {how}"), {"text": "Recorded."}]}
+      for how in ("once", "by grant", "again by grant", "unasked", "declined")),
+    {"match": "look it up", "responses": [
+        {"tool_calls": [{"name": "search_about", "arguments": {"query": "approvals"}}]},
+        {"text": "Looked up."}]},
     {"responses": [{"text": "Default answer."}]},
 ]
 
@@ -146,11 +151,66 @@ def test_allowing_a_tool_for_the_conversation_answers_its_later_calls_there(
                             "tool": TOOL, "scope": "conversation"}]
 
         later = _runs_unasked(alice, room, "save note 2")
-        # The audit keeps a grant-answered call apart from a one-shot approval (R-377).
+        # The audit keeps a grant-answered call apart from a one-shot approval (R-377): the
+        # card's own call was the approval's, the later one the grant's.
         [row] = _audit_of_calls(grant_server, later)
-        assert row["raw"][GRANT_AUDIT_KEY] == GRANT_AUDIT_VALUE, row
+        assert row["authorization"]["by"] == "conversation_grant", row
+        assert row["authorization"]["grant"]["approval_id"] == first["approval_id"]
         [one_shot] = _audit_of_calls(grant_server, first["run_id"])
-        assert not (isinstance(one_shot["raw"], dict) and GRANT_AUDIT_KEY in one_shot["raw"])
+        assert one_shot["authorization"]["by"] == "one_shot_approval", one_shot
+        assert one_shot["authorization"]["approval_id"] == first["approval_id"]
+
+
+@pytest.mark.rule("R-377")
+def test_each_call_audits_what_authorized_it(grant_server: ServerProcess) -> None:
+    """A read, a one-shot approval, a standing grant and Never ask each leave their own
+    authorization on the call's audit row; a declined call has none, since nothing let it
+    run. (Never ask is recorded for a member-store write too: Always ask would have asked.)"""
+    with grant_server.client("alice") as alice, grant_server.client("carol") as carol:
+        room = _grant_room(alice)
+        read = _runs_unasked(alice, room, "look it up")
+
+        accepted = _send(alice, room, "record once")
+        once = _pending_approval(alice, accepted["run_id"])
+        assert _approve(alice, once["id"]).status_code == 200
+        assert _settled(alice, accepted["run_id"])["status"] == "completed"
+
+        grant_room = _grant_room(alice)
+        made = _allow_here(alice, grant_room, "record by grant")
+        by_grant = _runs_unasked(alice, grant_room, "record again by grant")
+
+        declined = _asks(alice, _grant_room(alice), "record declined")
+
+        assert carol.put("members/me/settings",
+                         json={"approval_mode": "never_ask"}).status_code == 200
+        try:
+            unasked = _runs_unasked(carol, _grant_room(carol), "record unasked")
+        finally:
+            assert carol.put("members/me/settings",
+                             json={"approval_mode": "always_ask"}).status_code == 200
+
+    def authorization(run_id: str) -> Any:
+        [row] = _audit_of_calls(grant_server, run_id)
+        assert row["outcome"] == "ok", row
+        return row["authorization"]
+
+    assert authorization(read) == {"by": "not_required", "mode": "always_ask",
+                                   "run_id": read}
+    assert authorization(accepted["run_id"]) == {
+        "by": "one_shot_approval", "mode": "always_ask", "approval_id": once["id"],
+        "run_id": accepted["run_id"]}
+    assert authorization(made["run_id"]) == {
+        "by": "one_shot_approval", "mode": "always_ask", "approval_id": made["approval_id"],
+        "run_id": made["run_id"]}
+    assert authorization(by_grant) == {
+        "by": "conversation_grant", "mode": "always_ask", "run_id": by_grant,
+        "grant": {"conversation_id": grant_room, "tool": TOOL,
+                  "approval_id": made["approval_id"]}}
+    assert authorization(unasked) == {"by": "never_ask", "mode": "never_ask",
+                                      "run_id": unasked}
+    # The declined call never ran: nothing in the audit says anything authorized it.
+    assert [row["authorization"] for row in _audit_of_calls(grant_server, declined["run_id"])
+            if "authorization" in row] in ([], [None])
 
 
 @pytest.mark.rule("R-034")

@@ -191,7 +191,10 @@ async def test_the_dispatched_call_is_journaled_before_the_tool_runs(store: Stor
     assert types[-2:] == ["tool.requested", "tool.settled"]
     [audit] = await turn.audit_rows()
     assert audit == {"tool": "probe_read", "call_id": "c1", "outcome": "ok",
-                     "raw": {"key": "k", "seen": len(PROBE.journal_at_run)}}
+                     "raw": {"key": "k", "seen": len(PROBE.journal_at_run)},
+                     # A read: no decision was needed, even under Never ask.
+                     "authorization": {"by": "not_required", "mode": "never_ask",
+                                       "run_id": turn.bundle.run_id}}
     run = await store.runs.get_for(turn.bundle.run_id, "alice")
     assert run.tool_calls == 1
 

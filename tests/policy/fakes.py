@@ -26,6 +26,7 @@ from kaizen_server_extension.protocol.tools import (
     ToolOutcome,
     WriteCategory,
 )
+from kaizen_server_extension.tools.authorization import CallAuthorization
 from kaizen_server_extension.tools.ledger import TurnLedger
 from kaizen_server_extension.tools.metrics import ToolMetrics
 from kaizen_server_extension.tools.pipeline import ToolPipeline
@@ -154,10 +155,14 @@ class Approvals:
 @dataclass
 class Audit:
     entries: list[tuple[str, ToolOutcome, object]] = field(default_factory=list)
+    # What authorized each entry's call, in the same order (None: it never ran).
+    authorizations: list[CallAuthorization | None] = field(default_factory=list)
 
     async def record_tool_call(self, bundle: AuthorityBundle, request: ToolCallRequest,
-                               outcome: ToolOutcome, raw: object) -> None:
+                               outcome: ToolOutcome, raw: object,
+                               authorization: CallAuthorization | None = None) -> None:
         self.entries.append((request.name, outcome, raw))
+        self.authorizations.append(authorization)
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """An operator plugin (KAIZEN_PLUGINS) for the "allow for this conversation" tests: a call
 guardrail that denies any artifact titled with a marker, one that demands approval for another
-marker, a sensitive tool, and an agent that has both tools."""
+marker, a sensitive tool, and an agent that has both tools and a read."""
 
 from __future__ import annotations
 
@@ -59,4 +59,4 @@ def kaizen_register_tools(register: ToolRegistrar) -> None:
 def kaizen_register_agents(register: Registrar) -> None:
     register({"agent_id": "granted", "name": "Granted", "mode": "chat",
               "persona": "You save notes and launch probes.",
-              "tool_ceiling": ["create_artifact", "launch_probe"]})
+              "tool_ceiling": ["create_artifact", "launch_probe", "search_about"]})

@@ -51,6 +51,8 @@ class ServiceState:
     document_delay_s: float = 0.0
     #: Where ``/api/redirect`` sends its caller.
     redirect_to: str = "https://127.0.0.1:1/elsewhere"
+    #: Text ``/api/peer`` adds to its answer (a service echoing what it should not).
+    peer_note: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -127,7 +129,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if path == "/api/peer":
             # The client certificate the connection came with (mutual TLS), by common name.
-            self._json(200, {"peer": _peer_name(self.connection) or None})
+            note = self.server.state.peer_note
+            self._json(200, {"peer": _peer_name(self.connection) or None,
+                             **({"note": note} if note else {})})
             return
         if path == "/api/headers":
             self._json(200, {"seen": sorted(self.headers.keys())})

@@ -31,7 +31,7 @@ from kaizen_server_extension.protocol.tools import (
     WriteCategory,
 )
 from kaizen_server_extension.store import models as m
-from kaizen_server_extension.tools.pipeline import GRANT_AUDIT_KEY, GRANT_AUDIT_VALUE
+from kaizen_server_extension.tools.authorization import AuthorizedBy, CallAuthorization, GrantRef
 from kaizen_server_extension.tools.ports import CallFactsView, CallScope
 from tests.policy.fakes import BUNDLE, Harness, harness, make_tool, returning
 
@@ -44,12 +44,17 @@ class Facts:
     approval_mode: str = ApprovalMode.ALWAYS_ASK.value
     only_initiator: bool = True
     grants: Mapping[str, bool] = field(default_factory=lambda: {TOOL: True})
+    # The approval that made the grants (None: that approval row is gone).
+    made_by: str | None = "ap_grant"
 
     def allowed(self, tool: str) -> bool | None:
         return None
 
     def granted(self, tool: str) -> bool | None:
         return self.grants.get(tool)
+
+    def grant_approval(self, tool: str) -> str | None:
+        return self.made_by if self.grants.get(tool) else None
 
 
 @dataclass
@@ -83,14 +88,19 @@ def test_only_a_write_is_grantable_and_the_database_agrees() -> None:
     assert m.GRANTABLE_CAPABILITY == Capability.WRITE.value
 
 
-@pytest.mark.rule("R-223")
-async def test_the_calls_grant_answers_the_members_own_approval() -> None:
+@pytest.mark.rule("R-223", "R-377")
+@pytest.mark.parametrize("made_by", ["ap_grant", None])
+async def test_the_calls_grant_answers_the_members_own_approval(made_by: str | None) -> None:
     h = gated()
-    result = await call(h, Facts())
+    result = await call(h, Facts(made_by=made_by))
     assert result.outcome is ToolOutcome.OK and h.executed == [TOOL]
     assert h.approvals is not None and h.approvals.records == []
+    # The raw result is the tool's own; the audit names the grant that answered the gate.
     [(_, _, raw)] = h.audit.entries
-    assert raw == {GRANT_AUDIT_KEY: GRANT_AUDIT_VALUE, "raw": {"saved": True}}
+    assert raw == {"saved": True}
+    assert h.audit.authorizations == [CallAuthorization(
+        AuthorizedBy.CONVERSATION_GRANT, "always_ask", run_id=BUNDLE.run_id,
+        grant=GrantRef(BUNDLE.conversation_id, TOOL, made_by))]
 
 
 @pytest.mark.rule("R-224")

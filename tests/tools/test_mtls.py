@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import trustme
 from cryptography.hazmat.primitives.serialization import (
@@ -38,6 +39,7 @@ from kaizen_server_extension.tools.mtls import (
     ClientCertificate,
     MtlsUnavailable,
     _memory_backed,
+    check_client_material,
     load_client_certificate,
 )
 from kaizen_server_extension.tools.openapi_compiler import CompiledAuth, compile_document
@@ -70,6 +72,12 @@ def _material(leaf: trustme.LeafCert, *, one_line: bool = False) -> ClientCertif
     if one_line:  # as a browser's single-line field leaves it
         certificate, key = certificate.replace("\n", ""), key.replace("\n", "")
     return ClientCertificate.from_fields(certificate, key)
+
+
+def _encrypted(leaf: trustme.LeafCert, passphrase: bytes) -> str:
+    key = load_pem_private_key(leaf.private_key_pem.bytes(), password=None)
+    return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8,
+                             BestAvailableEncryption(passphrase)).decode()
 
 
 def _staged() -> list[str]:
@@ -143,9 +151,11 @@ def test_a_key_with_a_passphrase_loads_and_a_wrong_one_is_refused(
     certificate = _material(alice_cert).certificate
     load_client_certificate(ssl.create_default_context(),
                             ClientCertificate.from_fields(certificate, encrypted, "open sesame"))
-    with pytest.raises(MtlsUnavailable):
-        load_client_certificate(ssl.create_default_context(),
-                                ClientCertificate.from_fields(certificate, encrypted, "wrong"))
+    # A wrong passphrase, or none (never an OpenSSL prompt on the server's terminal).
+    for wrong in ("wrong", ""):
+        with pytest.raises(MtlsUnavailable):
+            load_client_certificate(ssl.create_default_context(),
+                                    ClientCertificate.from_fields(certificate, encrypted, wrong))
 
 
 @pytest.mark.rule("R-392")
@@ -180,15 +190,22 @@ def _destination(service: OpenApiService) -> Destination:
 
 
 @pytest.mark.rule("R-392")
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plain-key", "encrypted-key"])
 async def test_a_source_requiring_client_certificates_is_reached_with_the_members(
-        service: OpenApiService, tmp_path: Path, alice_cert: trustme.LeafCert) -> None:
+        service: OpenApiService, tmp_path: Path, alice_cert: trustme.LeafCert,
+        encrypted: bool) -> None:
     """The broker's injector for a mutual-TLS destination, through the egress door: the
-    material pasted on one line, staged and removed, the connection carries it."""
+    material pasted on one line (an encrypted key with its passphrase), staged and removed,
+    the connection carries it."""
     before = _staged()
     certificate = alice_cert.cert_chain_pems[0].bytes().decode().replace("\n", "")
-    key = alice_cert.private_key_pem.bytes().decode().replace("\n", "")
-    injector = Injector(_destination(service),
-                        {"certificate": certificate, "private_key": key})
+    secret = {"certificate": certificate}
+    if encrypted:
+        secret["private_key"] = _encrypted(alice_cert, b"open sesame").replace("\n", "")
+        secret["passphrase"] = "open sesame"
+    else:
+        secret["private_key"] = alice_cert.private_key_pem.bytes().decode().replace("\n", "")
+    injector = Injector(_destination(service), secret)
     egress = _egress(service, tmp_path)
     try:
         response = await egress.send(Origin.of(service.origin),
@@ -246,15 +263,44 @@ def test_a_mutual_tls_scheme_compiles_into_a_client_certificate_plan() -> None:
                 "components": {"securitySchemes": {"npe": {"type": "mutualTLS"}}}}
     compiled = compile_document(json.dumps(document).encode())
     assert compiled.by_id["op"].auth == CompiledAuth("npe", "mtls")
-    assert make_scheme("mtls").fields() == ("certificate", "private_key")
+    scheme = make_scheme("mtls")
+    assert scheme.fields() == ("certificate", "private_key", "passphrase")
+    assert [name for name in scheme.fields() if scheme.optional(name)] == ["passphrase"]
 
 
 @pytest.mark.rule("R-392")
-async def test_the_plain_broker_client_never_presents_a_client_certificate(
-        store: Store, alice_cert: trustme.LeafCert) -> None:
-    """Only the egress door stages a certificate: a brokered request by any other client is
-    refused before anything is staged or sent."""
-    from kaizen_server_extension.credentials.broker import CredentialBroker, CredentialRefused
+@pytest.mark.parametrize(("key", "passphrase", "code"), [
+    ("encrypted", "open sesame", None),
+    ("encrypted", "wrong", "mtls_passphrase_wrong"),
+    ("encrypted", "", "mtls_passphrase_required"),
+    ("plain", "open sesame", "mtls_passphrase_unexpected"),
+    ("plain", "", None),
+    ("other", "", "mtls_material_invalid"),
+])
+def test_client_material_is_checked_in_memory_before_it_is_kept(
+        client_ca: trustme.CA, alice_cert: trustme.LeafCert, key: str, passphrase: str,
+        code: str | None) -> None:
+    """The form's submit-time check: nothing is staged for it, and its refusals say why
+    without quoting the key or the passphrase."""
+    keys = {"encrypted": _encrypted(alice_cert, b"open sesame"),
+            "plain": alice_cert.private_key_pem.bytes().decode(),
+            "other": client_ca.issue_cert("someone-else").private_key_pem.bytes().decode()}
+    material = ClientCertificate.from_fields(_material(alice_cert).certificate, keys[key],
+                                             passphrase)
+    before = _staged()
+    if code is None:
+        check_client_material(material)
+    else:
+        with pytest.raises(MtlsUnavailable) as refused:
+            check_client_material(material)
+        assert refused.value.code == code
+        assert not passphrase or passphrase not in str(refused.value)
+        assert "BEGIN" not in str(refused.value)
+    assert _staged() == before
+
+
+async def _broker_with(store: Store, destination: Destination) -> Any:
+    from kaizen_server_extension.credentials.broker import CredentialBroker
     from kaizen_server_extension.credentials.crypto import (
         CredentialKeys,
         Vault,
@@ -268,16 +314,53 @@ async def test_the_plain_broker_client_never_presents_a_client_certificate(
         return None
 
     await store.members.ensure("alice", "Alice")
-    destination = Destination("npe", "https://127.0.0.1:9", make_scheme("mtls"))
     vault = Vault(CredentialKeys.from_master(parse_key(new_key_text())).vault)
-    broker = CredentialBroker(CredentialRecords(store), vault,
-                              StaticDestinations([destination]), allow)
-    ref = broker.hold_once("alice", destination, {
-        "certificate": alice_cert.cert_chain_pems[0].bytes().decode(),
-        "private_key": alice_cert.private_key_pem.bytes().decode()})
-    handle = await broker.handle("alice", ref, "npe", operation="op", effect="read")
+    return CredentialBroker(CredentialRecords(store), vault,
+                            StaticDestinations([destination]), allow)
+
+
+@pytest.mark.rule("R-392")
+async def test_a_static_destination_presents_an_encrypted_key_on_the_brokers_own_connection(
+        store: Store, service: OpenApiService, alice_cert: trustme.LeafCert) -> None:
+    """``BrokerHandle.send`` for a mutual-TLS destination: the key, encrypted as entered,
+    staged in /dev/shm while the request's own TLS context loads it with the passphrase,
+    removed before anything is sent; the service sees the member's certificate."""
+    destination = Destination("peer", service.origin, make_scheme("mtls"),
+                              ca_file=str(service.ca_file))
+    broker = await _broker_with(store, destination)
+    secret = {"certificate": _material(alice_cert).certificate,
+              "private_key": _encrypted(alice_cert, b"open sesame"),
+              "passphrase": "open sesame"}
+    watched: list[list[dict[str, Any]]] = []
+    original = ssl.SSLContext.load_cert_chain
+
+    def watching(context: ssl.SSLContext, certfile: Any, keyfile: Any = None,
+                 password: Any = None) -> None:
+        watched.append([{"path": Path(name), "text": Path(name).read_text()}
+                        for name in (certfile, keyfile)])
+        original(context, certfile, keyfile, password)
+
     before = _staged()
-    with pytest.raises(CredentialRefused) as refused:
-        await handle.send("GET", "https://127.0.0.1:9/x")
-    assert refused.value.code == "mtls_not_supported_here"
+    ref = broker.hold_once("alice", destination, secret)
+    handle = await broker.handle("alice", ref, "peer", operation="op", effect="read")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ssl.SSLContext, "load_cert_chain", watching)
+        response = await handle.send("GET", f"{service.origin}/api/peer")
+    assert response.json() == {"peer": "alice-client"}
+    [[certificate, key]] = watched
+    assert certificate["path"].parent.parent == STAGING_ROOT
+    # What was staged is the key as entered, still encrypted: never the decrypted key.
+    assert key["text"].startswith("-----BEGIN ENCRYPTED PRIVATE KEY-----")
+    assert "open sesame" not in key["text"] + certificate["text"]
     assert _staged() == before
+
+    # A client the tool brought is never given the key: refused, nothing staged or sent.
+    ref = broker.hold_once("alice", destination, secret)
+    handle = await broker.handle("alice", ref, "peer", operation="op", effect="read")
+    sent = len(service.received())
+    trusted = ssl.create_default_context(cafile=str(service.ca_file))
+    async with httpx.AsyncClient(verify=trusted) as own:
+        with pytest.raises(MemberSafeError) as refused:
+            await handle.send("GET", f"{service.origin}/api/peer", client=own)
+    assert refused.value.code == "mtls_own_connection"
+    assert len(service.received()) == sent and _staged() == before

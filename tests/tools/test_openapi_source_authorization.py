@@ -22,6 +22,7 @@ from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.tools.authorization import (
     AuthorizedBy,
     CallAuthorization,
+    GrantRef,
     authorized_as,
     current_authorization,
 )
@@ -91,7 +92,8 @@ async def test_each_change_audits_which_authorization_allowed_it(
                                  approval_id="ap_1", run_id="run_1")
     never_ask = CallAuthorization(AuthorizedBy.NEVER_ASK, "never_ask", run_id="run_2")
     granted = CallAuthorization(AuthorizedBy.CONVERSATION_GRANT, "ask_for_writes",
-                                run_id="run_3")
+                                run_id="run_3",
+                                grant=GrantRef("conv_1", "manage_openapi_sources", "ap_0"))
     with authorized_as(one_shot):
         created = (await _manage(sources, action="create", schema_url=SCHEMA_URL))["created"]
     with authorized_as(never_ask):
@@ -106,7 +108,10 @@ async def test_each_change_audits_which_authorization_allowed_it(
         ("openapi_source.updated", {"by": "never_ask", "mode": "never_ask",
                                     "run_id": "run_2"}),
         ("openapi_source.deleted", {"by": "conversation_grant", "mode": "ask_for_writes",
-                                    "run_id": "run_3"}),
+                                    "run_id": "run_3",
+                                    "grant": {"conversation_id": "conv_1",
+                                              "tool": "manage_openapi_sources",
+                                              "approval_id": "ap_0"}}),
     ]
     # The member's own REST change says so, distinct from all three.
     await sources.store.create("alice", schema_url=SCHEMA_URL,
@@ -120,3 +125,12 @@ def test_an_approval_id_goes_with_a_one_shot_approval_only() -> None:
         CallAuthorization(AuthorizedBy.ONE_SHOT_APPROVAL, "ask_for_writes")
     with pytest.raises(ValueError):
         CallAuthorization(AuthorizedBy.NEVER_ASK, "never_ask", approval_id="ap_1")
+
+
+@pytest.mark.rule("R-377")
+def test_a_grant_goes_with_a_conversation_grant_only() -> None:
+    grant = GrantRef("conv_1", "create_artifact", None)
+    with pytest.raises(ValueError):
+        CallAuthorization(AuthorizedBy.CONVERSATION_GRANT, "always_ask")
+    with pytest.raises(ValueError):
+        CallAuthorization(AuthorizedBy.NEVER_ASK, "never_ask", grant=grant)

@@ -32,6 +32,7 @@ from kaizen_server_extension.protocol.tools import (
 )
 from kaizen_server_extension.store import Store, models
 from kaizen_server_extension.tools import pipeline as pipeline_module
+from kaizen_server_extension.tools.authorization import CallAuthorization
 from kaizen_server_extension.tools.catalog import TOOL_SEARCH_NAME
 from kaizen_server_extension.tools.metrics import ToolMetrics
 from kaizen_server_extension.tools.pipeline import ToolPipeline
@@ -97,9 +98,10 @@ def recording_pipeline(*tools: RegisteredTool, ceiling: list[str],
 
     class RecordingAudit(Audit):
         async def record_tool_call(self, bundle: AuthorityBundle, request: ToolCallRequest,
-                                   outcome: ToolOutcome, raw: object) -> None:
+                                   outcome: ToolOutcome, raw: object,
+                                   authorization: CallAuthorization | None = None) -> None:
             rec.steps.append("audit")
-            await super().record_tool_call(bundle, request, outcome, raw)
+            await super().record_tool_call(bundle, request, outcome, raw, authorization)
 
     def guardrail(call: GuardrailCall) -> Any:
         rec.steps.append("guardrails")
