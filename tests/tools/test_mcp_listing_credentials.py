@@ -81,7 +81,7 @@ def world(request: pytest.FixtureRequest,
         locked.stop()
 
 
-@pytest.mark.rule("R-386")
+@pytest.mark.rule("R-065")
 def test_a_member_without_a_credential_gets_no_tools_and_the_reason(world: World) -> None:
     refused, accepted = world.locked.http("refused"), world.locked.http("accepted")
     listing = world.listing("bob")
@@ -100,7 +100,7 @@ def test_a_member_without_a_credential_gets_no_tools_and_the_reason(world: World
     assert offered != "[]" and "mcp__locked__" not in offered
 
 
-@pytest.mark.rule("R-350", "R-386", "R-391", "R-396", "R-397")
+@pytest.mark.rule("R-350", "R-386", "R-396", "R-397", "R-443")
 def test_the_members_remembered_credential_lists_the_tools_and_only_there(
         world: World) -> None:
     ref = world.remember("alice", TOKEN)
@@ -130,6 +130,7 @@ def test_the_members_remembered_credential_lists_the_tools_and_only_there(
     assert not any(n.startswith("mcp__locked__") for n in _names(world.listing("bob")))
 
 
+@pytest.mark.rule("R-065")
 def test_a_credential_the_server_refuses_gives_no_tools_and_says_so(world: World) -> None:
     world.remember("carol", "not-the-token-8841-wrong-value")
     listing = world.listing("carol")
