@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trustme
@@ -168,3 +169,38 @@ async def test_without_a_policy_an_http_server_is_reached_as_configured(
     sources, mcp = _sources(plain, None, ca, tmp_path)
     body = await sources.call(mcp, "lookup", {"q": "plain"})
     assert body["content"][0]["text"] == "glossary: plain means testing"
+
+
+@pytest.mark.rule("R-381")
+async def test_the_pinned_client_refuses_a_request_to_any_other_origin(
+        servers: tuple[HttpMcp, HttpMcp], ca: trustme.CA, tmp_path: Path) -> None:
+    """The SDK follows same-origin redirects itself; whatever it would send elsewhere (another
+    host, port or scheme) the pinned transport refuses before connecting."""
+    import ipaddress
+
+    import httpx2
+
+    from kaizen_server_extension.tools.egress import Origin
+    from kaizen_server_extension.tools.mcp_http import McpEgressRefused, _pinned_transport
+
+    tls, plain = servers
+    transport = _pinned_transport(Origin("127.0.0.1", tls.port),
+                                  ipaddress.ip_address("127.0.0.1"), ca_context(ca))
+    async with httpx2.AsyncClient(transport=transport) as client:
+        for url in (f"https://localhost:{tls.port}/mcp", f"https://127.0.0.1:{plain.port}/mcp",
+                    f"http://127.0.0.1:{tls.port}/mcp"):
+            before = len(plain.lines()) + len(tls.lines())
+            with pytest.raises(McpEgressRefused):
+                await client.get(url)
+            assert len(plain.lines()) + len(tls.lines()) == before
+        # The origin itself is reached, at the pinned address, its name verified by TLS.
+        answer = await client.get(tls.url)
+        assert answer.status_code in (400, 405, 406)  # a bare GET is no MCP message
+
+
+def ca_context(ca: trustme.CA) -> Any:
+    import ssl
+
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    return context
