@@ -409,7 +409,37 @@ class KaizenApp(ExtensionApp):
                              timeout_s=s.timeout_s, agents=s.agents,
                              credential_destination=s.credential_destination)
                    for s in settings.KAIZEN_MCP_SERVERS]
-        return McpSources(servers, stdio_commands=settings.KAIZEN_MCP_STDIO_COMMANDS)
+        return McpSources(servers, stdio_commands=settings.KAIZEN_MCP_STDIO_COMMANDS,
+                          egress=self._mcp_egress(settings))
+
+    def _mcp_egress(self, settings: KaizenSettings) -> Any:
+        """The signed egress policy's gate for MCP HTTP servers, when the deployment
+        configured a policy (either setting); None otherwise (docs/mcp.md, "Egress"). A
+        half-configured or invalid policy refuses every HTTP server: it fails closed."""
+        if not (settings.KAIZEN_OPENAPI_EGRESS_POLICY_FILE
+                or settings.KAIZEN_OPENAPI_EGRESS_POLICY_KEY):
+            return None
+        from kaizen_server_extension.tools.egress import Egress, EgressPolicy, EgressRefused
+        from kaizen_server_extension.tools.egress_policy import EgressCeiling, parse_public_key
+        from kaizen_server_extension.tools.mcp_http import McpEgressGate
+
+        key_text = settings.KAIZEN_OPENAPI_EGRESS_POLICY_KEY
+        ceiling = EgressCeiling(settings.KAIZEN_OPENAPI_EGRESS_POLICY_FILE,
+                                parse_public_key(key_text) if key_text else None)
+        try:
+            ceiling.current()
+        except EgressRefused as refused:
+            self.log.warning("A signed egress policy is configured but not in force: every "
+                             "streamable-HTTP MCP server is refused until a valid one is "
+                             "installed: %s", refused.code)
+        policy = EgressPolicy.build(settings.KAIZEN_OPENAPI_EGRESS_NETWORKS,
+                                    settings.KAIZEN_OPENAPI_EGRESS_PORTS,
+                                    ca_file=settings.KAIZEN_OPENAPI_CA_FILE,
+                                    timeout_s=settings.KAIZEN_OPENAPI_TIMEOUT_SECONDS)
+        try:
+            return McpEgressGate(Egress(policy, ceiling))
+        except (OSError, ValueError) as exc:
+            self._refuse_to_start(f"KAIZEN_OPENAPI_CA_FILE cannot be read: {exc}")
 
     def _openapi_sources(self, settings: KaizenSettings, store: Any) -> Any:
         """The members' external OpenAPI sources behind the egress policy

@@ -313,7 +313,8 @@ class KaizenSettings(BaseModel):
     KAIZEN_OPENAPI_CA_FILE: str = ""
     #: The signed egress policy (R-379): a file written by ``python -m
     #: kaizen_server_extension.tools.egress_sign sign``, re-read when it changes. Without a
-    #: valid one in force, every schema fetch and operation call is refused.
+    #: valid one in force, every schema fetch and operation call is refused. Once it or the
+    #: key is set, streamable-HTTP MCP servers must be in the policy too (docs/mcp.md).
     KAIZEN_OPENAPI_EGRESS_POLICY_FILE: str = ""
     #: The Ed25519 public key (URL-safe base64) the policy must be signed with; the signing
     #: key stays off the server.

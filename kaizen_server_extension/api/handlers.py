@@ -204,7 +204,10 @@ class ToolsHandler(KaizenHandler):
         self.write_json({"digest": catalog.digest, "tools": [
             {"name": t.name, "description": t.description, "parameters": t.parameters,
              "capability": t.capability.value} for t in catalog.advertised
-        ], "deferred": list(catalog.deferred)})
+        ], "deferred": list(catalog.deferred),
+            # Why a source gave nothing (docs/mcp.md): a code, never the server's answer.
+            "unavailable": [{"source": source, "reason": reason}
+                            for source, reason in sources.reasons]})
 
 
 class MemberSettingsHandler(KaizenHandler):

@@ -377,7 +377,20 @@ def openapi_document(*, library: bool = True, openapi_sources: bool = False,
                     "properties": {"digest": {"type": "string"},
                                    "tools": {"type": "array", "items": {"type": "object"}},
                                    "deferred": {"type": "array",
-                                                "items": {"type": "string"}}}},
+                                                "items": {"type": "string"}},
+                                   "unavailable": {
+                                       "type": "array",
+                                       "description": "Sources that gave no tools now, and "
+                                                      "why (e.g. credential_required: an MCP "
+                                                      "server that lists its tools only with "
+                                                      "a credential the member has not "
+                                                      "remembered; egress_origin_not_in_policy;"
+                                                      " mcp_unavailable).",
+                                       "items": {"type": "object",
+                                                 "required": ["source", "reason"],
+                                                 "properties": {
+                                                     "source": {"type": "string"},
+                                                     "reason": {"type": "string"}}}}}},
         "EventFrame": {"allOf": [_ref("Event"), {
             "type": "object", "required": ["live"], "properties": {"live": {"const": False}}}]},
         "LiveFrame": {"type": "object",

@@ -375,6 +375,27 @@ class CredentialBroker:
         return BrokerHandle(self, held, destination, operation=operation, effect=effect,
                             run_id=run_id)
 
+    async def listing_handle(self, member: str, destination_id: str, *,
+                             operation: str) -> BrokerHandle | None:
+        """A read handle on ``member``'s newest remembered credential for ``destination_id``
+        (listing an MCP server's tools, docs/mcp.md), when the live policy allows it; None
+        otherwise. A use-once value is never taken: it is kept for the call it was entered
+        for."""
+        destination = await self.destinations.lookup(destination_id, member)
+        if destination is None or await self.refusal(member, destination) is not None:
+            return None
+        remembered = [s for s in await self._records.remembered_by(member)
+                      if s.destination == destination.id and s.origin == destination.origin
+                      and s.scheme == destination.scheme.kind]
+        for sealed in reversed(remembered):  # newest first
+            try:
+                held = await self._resolve(member, sealed.ref, destination)
+            except CredentialRefused:
+                continue  # sealed under another key: an older one may still open
+            return BrokerHandle(self, held, destination, operation=operation, effect="read",
+                                run_id=None)
+        return None
+
     async def _resolve(self, member: str, ref: str, destination: Destination) -> _Held:
         unusable = CredentialRefused(
             f"That credential_ref cannot be used for {destination.origin}: it is unknown, "

@@ -124,6 +124,12 @@ class CredentialService:
     def policy_name_known(self, name: str) -> bool:
         return self.destinations.policy_name_known(name)
 
+    async def listing_credential(self, member: str, destination_id: str,
+                                 operation: str) -> BrokerHandle | None:
+        """A read handle on ``member``'s newest remembered credential for the destination,
+        for listing an MCP server's tools (docs/mcp.md, "Credentials"); None without one."""
+        return await self.broker.listing_handle(member, destination_id, operation=operation)
+
     async def open_for_call(self, bundle: AuthorityBundle, descriptor: ToolDescriptor,
                             arguments: Mapping[str, Any]) -> CallCredential:
         """The call's arguments with its ``credential_ref`` swapped for a handle; raises

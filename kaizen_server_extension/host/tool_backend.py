@@ -322,18 +322,21 @@ class PipelineToolBackend:
         found = NOTHING_DISCOVERED
         if self._mcp is not None:
             servers = self._mcp.granted_servers(agent.id, agent.tool_ceiling)
-            mcp_found = await self._mcp.discover(servers)
+            # A server bound to a credential destination is listed with the member's
+            # remembered credential (docs/mcp.md, "Credentials").
+            mcp_found = await self._mcp.discover(servers, member=member,
+                                                 credentials=self._credentials)
             granted = tuple(
                 t for t in mcp_found.tools if self._mcp.agent_grants(
                     self._mcp.servers[str(t.descriptor.extra["mcp_server"])], agent.id,
                     agent.tool_ceiling, t.descriptor.name))
-            found = found + Discovered(granted, mcp_found.unavailable)
+            found = found + Discovered(granted, mcp_found.unavailable, mcp_found.reasons)
         if self._openapi is not None:
             found = found + await self._openapi.discover(member, agent.tool_ceiling)
         # A registered tool's name is never taken over by a source.
         candidates = [t for t in found.tools if t.descriptor.name not in self._registry]
         if not candidates:  # an agent granting no source: no policy to read
-            return Discovered((), found.unavailable)
+            return Discovered((), found.unavailable, found.reasons)
         allowed = await self.permissions.allowed_names(
             member, [t.descriptor.name for t in candidates])
         kept = tuple(t for t in candidates if t.descriptor.name in allowed)
@@ -342,7 +345,7 @@ class PipelineToolBackend:
             off = await ToolChoices(self._store).off_for(member, conversation_id)
             kept = tuple(t for t in kept if not left_out(
                 t.descriptor.name, self._ancestors_of(t.descriptor.name), off))
-        return Discovered(kept, found.unavailable)
+        return Discovered(kept, found.unavailable, found.reasons)
 
     def attach_run_code(self, service: Any) -> None:
         """Make the kernel service reachable from the run_code tool (set at server start)."""

@@ -236,6 +236,12 @@ class Egress:
     def ceiling(self) -> EgressCeiling:
         return self._ceiling
 
+    @property
+    def tls(self) -> ssl.SSLContext:
+        """The TLS context sources are verified with (the system's CAs and
+        ``KAIZEN_OPENAPI_CA_FILE``'s); MCP HTTP servers under the policy use it too."""
+        return self._ssl
+
     async def resolve(self, origin: Origin) -> IPAddress:
         """The address the request is pinned to: the signed policy must be in force and list
         the origin (R-379), the port must be allowed, and every address the host resolves to

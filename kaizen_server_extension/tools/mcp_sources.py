@@ -26,9 +26,22 @@ credential-backed: their schema gains the required opaque ``credential_ref`` (th
 credential the model may name, R-350, R-386), the pipeline hands the call a broker handle,
 and the call opens a session of its own whose HTTP client carries the member's value, by the
 destination's scheme, on that one call's requests only (the initialize handshake, the call,
-the session's end) — never a run's shared session, never discovery, never another call. The
-value never passes through the arguments, the result (the pipeline scrubs it with the handle),
-the journal or a log line (only exception type names are logged).
+the session's end) — never a run's shared session, never another call. The value never passes
+through the arguments, the result (the pipeline scrubs it with the handle), the journal or a
+log line (only exception type names are logged).
+
+**Listing with the member's credential**: a bound server is listed, per run, with the run
+member's *remembered* credential for its destination when they have one (a use-once value is
+kept for the call it was entered for), brokered like a call — its own session and HTTP client,
+the bound origin only, the live policy re-checked and a credential-free receipt claimed — and
+whatever the listing says is scrubbed of the value before it becomes a descriptor. Without
+one it is listed uncredentialed; a server that answers that ``401``/``403`` gives no tools,
+with the reason ``credential_required`` (``credential_rejected`` when it refused the member's
+value): fail closed, the run goes on without them.
+
+**Egress** (``tools/mcp_http.py``): every HTTP session's client is built there; under the
+deployment's signed egress policy an HTTP server's origin must be in it, or its listing and
+its calls are refused before anything is sent.
 
 Every discovered tool is an ordinary :class:`RegisteredTool` handed to the run's frozen
 catalog and pipeline, so a call travels the same authority, permission, ceiling, approval,
@@ -42,15 +55,21 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from kaizen_server_extension.protocol.errors import MemberSafeError
 from kaizen_server_extension.protocol.tools import Capability, WriteCategory
 from kaizen_server_extension.tools.egress import RequestCredential
+from kaizen_server_extension.tools.mcp_http import (
+    AuthWatch,
+    McpEgressGate,
+    McpEgressRefused,
+    session_client,
+)
 from kaizen_server_extension.tools.openapi_sources import with_credential_ref
 from kaizen_server_extension.tools.ports import (
     CREDENTIAL_DESTINATION_KEY,
@@ -213,6 +232,36 @@ class McpUnavailable(MemberSafeError):
     """The server could not be reached before anything was sent: nothing ran."""
 
 
+T = TypeVar("T")
+
+
+class ListingCredential(Protocol):
+    """A broker handle for one listing (``credentials/broker.py: BrokerHandle``)."""
+
+    async def attach(self, target_origin: str,
+                     perform: Callable[[Any], Awaitable[T]]) -> T: ...
+
+    def scrub(self, value: object) -> object: ...
+
+    def close(self) -> None: ...
+
+
+class ListingCredentials(Protocol):
+    """The credential quarantine as discovery asks it (``credentials/service.py``)."""
+
+    async def listing_credential(self, member: str, destination_id: str,
+                                 operation: str) -> ListingCredential | None:
+        """A handle on ``member``'s remembered credential for the destination that the live
+        policy allows now, or None."""
+        ...
+
+
+#: Why a server gave no tools this run (``Discovered.reasons``).
+REASON_UNREACHABLE = "mcp_unavailable"
+REASON_CREDENTIAL_REQUIRED = "credential_required"
+REASON_CREDENTIAL_REJECTED = "credential_rejected"
+
+
 class McpCallFailed(Exception):
     """The server failed after the call was sent (its outcome is unknown for a write)."""
 
@@ -224,9 +273,13 @@ class McpSources:
     """The enabled MCP servers: discovery for a run, and the call of one tool."""
 
     def __init__(self, servers: Iterable[McpServer], *,
-                 stdio_commands: Iterable[str] = ()) -> None:
+                 stdio_commands: Iterable[str] = (),
+                 egress: McpEgressGate | None = None) -> None:
         self._servers = {s.id: s for s in servers}
         self._commands = frozenset(stdio_commands)
+        # The signed egress policy's gate, when the deployment configured one (docs/mcp.md,
+        # "Egress"); None: HTTP servers answer to KAIZEN_MCP_SERVERS alone.
+        self._egress = egress
 
     @property
     def servers(self) -> Mapping[str, McpServer]:
@@ -265,35 +318,76 @@ class McpSources:
         names = set(ceiling)
         return agent_id in server.agents or server.selector in names or name in names
 
-    async def discover(self, servers: Sequence[McpServer]) -> Discovered:
-        """The tools of ``servers``, each contacted once, concurrently; a server that fails
-        contributes nothing and is named in ``unavailable``."""
+    async def discover(self, servers: Sequence[McpServer], *, member: str = "",
+                       credentials: ListingCredentials | None = None) -> Discovered:
+        """The tools of ``servers``, each contacted once, concurrently, as ``member`` (whose
+        remembered credential lists a bound server); a server that fails contributes nothing
+        and is named in ``unavailable``, with its reason in ``reasons``."""
         if not servers:
             return NOTHING_DISCOVERED
-        results = await asyncio.gather(*(self._discover_one(s) for s in servers))
+        results = await asyncio.gather(*(self._discover_one(s, member, credentials)
+                                         for s in servers))
         tools: list[RegisteredTool] = []
         down: list[str] = []
-        for server, found in zip(servers, results, strict=True):
+        reasons: list[tuple[str, str]] = []
+        for server, (found, reason) in zip(servers, results, strict=True):
             if found is None:
                 down.append(server.id)
+                reasons.append((server.id, reason))
             else:
                 tools.extend(found)
-        return Discovered(tuple(tools), tuple(down))
+        return Discovered(tuple(tools), tuple(down), tuple(reasons))
 
-    async def _discover_one(self, server: McpServer) -> list[RegisteredTool] | None:
+    async def _discover_one(self, server: McpServer, member: str,
+                            credentials: ListingCredentials | None,
+                            ) -> tuple[list[RegisteredTool] | None, str]:
+        watch = AuthWatch()
+        handle: ListingCredential | None = None
         try:
             async with asyncio.timeout(min(DISCOVERY_TIMEOUT_S, server.timeout_s)):
-                listed = await self._list_tools(server)
+                if server.credential_destination and credentials is not None and member:
+                    handle = await credentials.listing_credential(
+                        member, server.credential_destination,
+                        f"{server.selector} tools/list")
+                if handle is None:
+                    listed = await self._list_tools(server, watch=watch)
+                else:
+                    bound = handle
+
+                    async def listing(injector: RequestCredential) -> list[Any]:
+                        return await self._list_tools(server, credential=injector,
+                                                      watch=watch)
+
+                    listed = await bound.attach(server_origin(server), listing)
         except Exception as exc:
-            log.warning("MCP server %s: discovery failed (%s); it gives no tools this run",
-                        server.id, _kind(exc))
-            return None
+            if handle is not None:
+                handle.close()
+            reason = _reason(exc, watch, credentialed=handle is not None)
+            log.warning("MCP server %s: discovery failed (%s, %s); it gives no tools this run",
+                        server.id, reason, _kind(exc))
+            return None, reason
+        try:
+            return self._registered(server, listed, handle), ""
+        finally:
+            if handle is not None:
+                handle.close()
+
+    def _registered(self, server: McpServer, listed: Sequence[Any],
+                    handle: ListingCredential | None) -> list[RegisteredTool]:
         tools: list[RegisteredTool] = []
         seen: set[str] = set()
         for remote_tool in listed[:MAX_TOOLS_PER_SERVER]:
             descriptor = descriptor_for(server, remote_tool)
             if descriptor is None or descriptor.name in seen:
                 continue
+            if handle is not None:
+                # Listed with the member's value: what the server said may echo it (R-396).
+                if handle.scrub(descriptor.extra["mcp_tool"]) != descriptor.extra["mcp_tool"]:
+                    continue  # a name carrying the value is not offered under any name
+                schema = handle.scrub(descriptor.input_schema)
+                descriptor = replace(
+                    descriptor, description=str(handle.scrub(descriptor.description)),
+                    input_schema=schema if isinstance(schema, Mapping) else {})
             seen.add(descriptor.name)
             registered = RegisteredTool(descriptor=descriptor,
                                         impl=self._impl(server, descriptor))
@@ -354,32 +448,44 @@ class McpSources:
             return StdioServerParameters(command=server.command, args=list(server.args))
         return server.url
 
-    def _client(self, server: McpServer, http_client: Any = None) -> Any:
+    async def _open(self, stack: AsyncExitStack, server: McpServer, *,
+                    credential: RequestCredential | None = None,
+                    watch: AuthWatch | None = None) -> Any:
+        """An entered SDK ``Client`` for one session with ``server``, closed with ``stack``.
+        An HTTP session gets its own client from ``tools/mcp_http.py`` (the egress policy,
+        the credential); :class:`McpUnavailable` when the policy refuses it (nothing sent)."""
         from mcp import Client
 
         target = self._target(server)
-        if http_client is not None:
+        if server.transport == "http":
             from mcp.client.streamable_http import streamable_http_client
 
-            target = streamable_http_client(server.url, http_client=http_client)
-        return Client(target, read_timeout_seconds=server.timeout_s, cache=None)
+            try:
+                http = await session_client(server.url, timeout_s=server.timeout_s,
+                                            gate=self._egress, credential=credential,
+                                            watch=watch)
+            except McpEgressRefused as refused:
+                log.warning("MCP server %s refused by the signed egress policy (%s)",
+                            server.id, refused.code)
+                # The member is told which server and why, never its address.
+                raise McpUnavailable(
+                    f"The MCP server {server.id} cannot be reached: this server's signed "
+                    f"egress policy does not allow it now ({refused.code}). An administrator "
+                    "must add its origin to the policy or renew the policy.",
+                    code=refused.code) from None
+            http = await stack.enter_async_context(http)
+            target = streamable_http_client(server.url, http_client=http)
+        elif credential is not None:
+            raise McpUnavailable(f"The MCP server {server.id} takes no credentials.",
+                                 code="mcp_credential_refused")
+        return await stack.enter_async_context(
+            Client(target, read_timeout_seconds=server.timeout_s, cache=None))
 
-    @staticmethod
-    def _credentialed_http(server: McpServer, credential: RequestCredential) -> Any:
-        """The HTTP client of one credentialed call: the SDK's defaults plus the member's
-        value where the destination's scheme puts it; no environment proxies or netrc."""
-        import httpx2
-        from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT
-
-        headers: dict[str, str] = {}
-        credential.apply(headers)
-        return httpx2.AsyncClient(
-            headers=headers, trust_env=False, follow_redirects=False,
-            timeout=httpx2.Timeout(min(server.timeout_s, 30.0),
-                                   read=max(server.timeout_s, MCP_DEFAULT_SSE_READ_TIMEOUT)))
-
-    async def _list_tools(self, server: McpServer) -> list[Any]:
-        async with self._client(server) as client:
+    async def _list_tools(self, server: McpServer, *,
+                          credential: RequestCredential | None = None,
+                          watch: AuthWatch | None = None) -> list[Any]:
+        async with AsyncExitStack() as stack:
+            client = await self._open(stack, server, credential=credential, watch=watch)
             listed: list[Any] = []
             cursor: str | None = None
             for _ in range(MAX_LIST_PAGES):
@@ -400,14 +506,7 @@ class McpSources:
         result: Any = None
         try:
             async with AsyncExitStack() as stack:
-                http = None
-                if credential is not None:
-                    if server.transport != "http":
-                        raise McpUnavailable(f"The MCP server {server.id} takes no "
-                                             "credentials.", code="mcp_credential_refused")
-                    http = await stack.enter_async_context(
-                        self._credentialed_http(server, credential))
-                client = await stack.enter_async_context(self._client(server, http))
+                client = await self._open(stack, server, credential=credential)
                 sent = True
                 result = await client.call_tool(remote, dict(arguments))
         except McpUnavailable:
@@ -469,7 +568,8 @@ class _Session:
     async def _serve(self) -> None:
         server = self._server
         try:
-            async with self._sources._client(server) as client:
+            async with AsyncExitStack() as stack:
+                client = await self._sources._open(stack, server)
                 while True:
                     try:
                         item = await asyncio.wait_for(self._queue.get(), SESSION_IDLE_S)
@@ -579,6 +679,15 @@ def result_body(server: McpServer, remote: str, result: Any) -> dict[str, Any]:
         body["ok"] = False
         body["error"] = {"message": first[:500] or f"{remote} reported an error."}
     return body
+
+
+def _reason(exc: BaseException, watch: AuthWatch, *, credentialed: bool) -> str:
+    """Why a listing gave nothing, as a code (``Discovered.reasons``)."""
+    if watch.refused:
+        return REASON_CREDENTIAL_REJECTED if credentialed else REASON_CREDENTIAL_REQUIRED
+    if isinstance(exc, MemberSafeError) and exc.code:
+        return exc.code  # the egress policy's, the broker's (e.g. destination_denied)
+    return REASON_UNREACHABLE
 
 
 def _kind(exc: BaseException) -> str:

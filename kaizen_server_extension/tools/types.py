@@ -170,6 +170,10 @@ class Discovered:
 
     tools: tuple[RegisteredTool, ...] = ()
     unavailable: tuple[str, ...] = ()
+    #: (source id, reason code) of each unavailable source that said why, e.g. an MCP
+    #: server that needs the member's credential to list its tools (``credential_required``).
+    reasons: tuple[tuple[str, str], ...] = ()
 
     def __add__(self, other: Discovered) -> Discovered:
-        return Discovered(self.tools + other.tools, self.unavailable + other.unavailable)
+        return Discovered(self.tools + other.tools, self.unavailable + other.unavailable,
+                          self.reasons + other.reasons)

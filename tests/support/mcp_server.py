@@ -5,6 +5,11 @@
 loopback at ``/mcp``. Each tool that runs appends one JSON line to ``--log``, so a test can
 tell whether a call reached the server (an unapproved write must not).
 
+Over HTTP, ``--require-bearer TOKEN`` answers ``401`` to every request (the initialize
+handshake and ``tools/list`` included) that does not carry ``Authorization: Bearer TOKEN``,
+and logs each request's outcome to ``--log`` as ``{"http": "refused" | "accepted"}``;
+``--tls-cert PEM --tls-key PEM`` serves https instead of http.
+
 Tools, by what their annotations declare:
 
 * ``lookup``: ``readOnlyHint: true`` (a read);
@@ -26,6 +31,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
@@ -106,18 +112,55 @@ def build(log: Path) -> MCPServer:
     return server
 
 
+def bearer_required(app: Any, token: str, log: Path) -> Any:
+    """``app`` behind a bearer check of every HTTP request (see the module docstring)."""
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        sent = dict(scope.get("headers") or []).get(b"authorization", b"")
+        ok = sent == expected
+        with log.open("a") as out:
+            out.write(json.dumps({"http": "accepted" if ok else "refused",
+                                  "method": scope.get("method")}) + "\n")
+        if ok:
+            await app(scope, receive, send)
+            return
+        await send({"type": "http.response.start", "status": 401,
+                    "headers": [(b"content-type", b"text/plain"),
+                                (b"www-authenticate", b"Bearer")]})
+        await send({"type": "http.response.body", "body": b"a bearer token is required"})
+
+    return guarded
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("transport", choices=["stdio", "http"])
     parser.add_argument("--log", required=True, type=Path)
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--require-bearer", default="")
+    parser.add_argument("--tls-cert", default="")
+    parser.add_argument("--tls-key", default="")
     args = parser.parse_args()
     server = build(args.log)
     if args.transport == "stdio":
         server.run("stdio")
-    else:
-        server.run("streamable-http", host="127.0.0.1", port=args.port,
-                   streamable_http_path="/mcp")
+        return
+    import uvicorn
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    # Pinned connections keep the Host the URL named (127.0.0.1:port); no rebinding check
+    # beyond loopback is needed for a test server that listens on loopback only.
+    app: Any = server.streamable_http_app(
+        streamable_http_path="/mcp",
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+    if args.require_bearer:
+        app = bearer_required(app, args.require_bearer, args.log)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning",
+                ssl_certfile=args.tls_cert or None, ssl_keyfile=args.tls_key or None)
 
 
 if __name__ == "__main__":
