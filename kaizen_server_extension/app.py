@@ -412,6 +412,30 @@ class KaizenApp(ExtensionApp):
         return McpSources(servers, stdio_commands=settings.KAIZEN_MCP_STDIO_COMMANDS,
                           egress=self._mcp_egress(settings))
 
+    def _signed_egress(self, settings: KaizenSettings, not_in_force: str) -> Any:
+        """The egress door under the deployment's signed policy (tools/egress.py), shared by
+        OpenAPI sources and MCP HTTP servers. A policy not in force is not fatal: the door
+        fails closed, a warning starting with ``not_in_force`` says so, and a policy
+        installed later is read then. An unreadable CA file stops start-up."""
+        from kaizen_server_extension.tools.egress import Egress, EgressPolicy, EgressRefused
+        from kaizen_server_extension.tools.egress_policy import EgressCeiling, parse_public_key
+
+        key_text = settings.KAIZEN_OPENAPI_EGRESS_POLICY_KEY
+        ceiling = EgressCeiling(settings.KAIZEN_OPENAPI_EGRESS_POLICY_FILE,
+                                parse_public_key(key_text) if key_text else None)
+        try:
+            ceiling.current()
+        except EgressRefused as refused:
+            self.log.warning("%s: %s", not_in_force, refused.code)
+        policy = EgressPolicy.build(settings.KAIZEN_OPENAPI_EGRESS_NETWORKS,
+                                    settings.KAIZEN_OPENAPI_EGRESS_PORTS,
+                                    ca_file=settings.KAIZEN_OPENAPI_CA_FILE,
+                                    timeout_s=settings.KAIZEN_OPENAPI_TIMEOUT_SECONDS)
+        try:
+            return Egress(policy, ceiling)
+        except (OSError, ValueError) as exc:
+            self._refuse_to_start(f"KAIZEN_OPENAPI_CA_FILE cannot be read: {exc}")
+
     def _mcp_egress(self, settings: KaizenSettings) -> Any:
         """The signed egress policy's gate for MCP HTTP servers, when the deployment
         configured a policy (either setting); None otherwise (docs/mcp.md, "Egress"). A
@@ -419,56 +443,23 @@ class KaizenApp(ExtensionApp):
         if not (settings.KAIZEN_OPENAPI_EGRESS_POLICY_FILE
                 or settings.KAIZEN_OPENAPI_EGRESS_POLICY_KEY):
             return None
-        from kaizen_server_extension.tools.egress import Egress, EgressPolicy, EgressRefused
-        from kaizen_server_extension.tools.egress_policy import EgressCeiling, parse_public_key
         from kaizen_server_extension.tools.mcp_http import McpEgressGate
 
-        key_text = settings.KAIZEN_OPENAPI_EGRESS_POLICY_KEY
-        ceiling = EgressCeiling(settings.KAIZEN_OPENAPI_EGRESS_POLICY_FILE,
-                                parse_public_key(key_text) if key_text else None)
-        try:
-            ceiling.current()
-        except EgressRefused as refused:
-            self.log.warning("A signed egress policy is configured but not in force: every "
-                             "streamable-HTTP MCP server is refused until a valid one is "
-                             "installed: %s", refused.code)
-        policy = EgressPolicy.build(settings.KAIZEN_OPENAPI_EGRESS_NETWORKS,
-                                    settings.KAIZEN_OPENAPI_EGRESS_PORTS,
-                                    ca_file=settings.KAIZEN_OPENAPI_CA_FILE,
-                                    timeout_s=settings.KAIZEN_OPENAPI_TIMEOUT_SECONDS)
-        try:
-            return McpEgressGate(Egress(policy, ceiling))
-        except (OSError, ValueError) as exc:
-            self._refuse_to_start(f"KAIZEN_OPENAPI_CA_FILE cannot be read: {exc}")
+        return McpEgressGate(self._signed_egress(
+            settings, "A signed egress policy is configured but not in force: every "
+                      "streamable-HTTP MCP server is refused until a valid one is installed"))
 
     def _openapi_sources(self, settings: KaizenSettings, store: Any) -> Any:
         """The members' external OpenAPI sources behind the egress policy
         (docs/openapi-sources.md); built only with KAIZEN_OPENAPI_SOURCES_ENABLED on."""
         from kaizen_server_extension.store.openapi_sources import OpenApiSourceStore
-        from kaizen_server_extension.tools.egress import Egress, EgressPolicy, EgressRefused
-        from kaizen_server_extension.tools.egress_policy import EgressCeiling, parse_public_key
         from kaizen_server_extension.tools.openapi_schema_cache import SchemaCache
         from kaizen_server_extension.tools.openapi_sources import OpenApiSources
 
-        policy = EgressPolicy.build(settings.KAIZEN_OPENAPI_EGRESS_NETWORKS,
-                                    settings.KAIZEN_OPENAPI_EGRESS_PORTS,
-                                    ca_file=settings.KAIZEN_OPENAPI_CA_FILE,
-                                    timeout_s=settings.KAIZEN_OPENAPI_TIMEOUT_SECONDS)
-        key_text = settings.KAIZEN_OPENAPI_EGRESS_POLICY_KEY
-        ceiling = EgressCeiling(settings.KAIZEN_OPENAPI_EGRESS_POLICY_FILE,
-                                parse_public_key(key_text) if key_text else None)
-        try:
-            ceiling.current()
-        except EgressRefused as refused:
-            # Not fatal: the ceiling fails closed, and a policy installed later is read then.
-            self.log.warning("External OpenAPI sources are enabled but every request to them "
-                             "is refused until a valid signed egress policy is installed "
-                             "(KAIZEN_OPENAPI_EGRESS_POLICY_FILE, "
-                             "KAIZEN_OPENAPI_EGRESS_POLICY_KEY): %s", refused.code)
-        try:
-            egress = Egress(policy, ceiling)
-        except (OSError, ValueError) as exc:
-            self._refuse_to_start(f"KAIZEN_OPENAPI_CA_FILE cannot be read: {exc}")
+        egress = self._signed_egress(
+            settings, "External OpenAPI sources are enabled but every request to them is "
+                      "refused until a valid signed egress policy is installed "
+                      "(KAIZEN_OPENAPI_EGRESS_POLICY_FILE, KAIZEN_OPENAPI_EGRESS_POLICY_KEY)")
         self._egress = egress
         cache = SchemaCache(egress, fresh_s=settings.KAIZEN_OPENAPI_SCHEMA_FRESH_SECONDS,
                             stale_s=settings.KAIZEN_OPENAPI_SCHEMA_STALE_SECONDS)
