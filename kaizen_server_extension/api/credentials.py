@@ -190,7 +190,7 @@ code{font:600 1rem ui-monospace,monospace;background:#eef2fb;padding:.15rem .35r
 def _page(title: str, body: str) -> str:
     return (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta name=\"viewport\" content=\"width=device-width\">"
-            f"<meta name=\"referrer\" content=\"no-referrer\">"
+            f"<meta name=\"referrer\" content=\"same-origin\">"
             f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>"
             f"<body><main>{body}</main></body></html>")
 
@@ -212,9 +212,11 @@ class CredentialFormPage(JupyterHandler):
 
     async def prepare(self) -> None:  # type: ignore[override]
         await super().prepare()
-        # Neither the page nor its answer is cached or sends its URL (the token) anywhere.
+        # Neither the page nor its answer is cached or sends its URL (the token) to another
+        # origin. Not "no-referrer": under it a browser sends "Origin: null" with the form's
+        # own POST, which the Jupyter server refuses as cross-origin for a cookie session.
         self.set_header("Cache-Control", "no-store")
-        self.set_header("Referrer-Policy", "no-referrer")
+        self.set_header("Referrer-Policy", "same-origin")
         self.set_header("X-Content-Type-Options", "nosniff")
         user = self.current_user
         if user is None:
