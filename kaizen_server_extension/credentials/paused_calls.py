@@ -85,6 +85,15 @@ class PausedCalls:
                 and paused.args_digest == facts.args_digest and paused.status != "pending"
                 and paused.resumed_at is None)
 
+    async def paused_under(self, bundle: AuthorityBundle, facts: PausedCallFacts) -> str | None:
+        """What authorized this call before it paused, if its pause settled and it was not
+        resumed yet: the member's conversation grant then answers its re-issue too (the
+        call's facts are read once, before the pause), as the approval it consumed does."""
+        paused = await self.requests.of_call(bundle.run_id, facts.call_id, facts.args_digest)
+        if paused is None or paused.member != bundle.member:
+            return None
+        return paused.authorized_by
+
     async def resume_or_pause(self, bundle: AuthorityBundle, facts: PausedCallFacts,
                               descriptor: ToolDescriptor, destination: str, effect: str,
                               schema_digest: str, arguments: dict[str, Any]) -> Resumed:
@@ -144,7 +153,8 @@ class PausedCalls:
             conversation_id=bundle.conversation_id, call_id=facts.call_id,
             member=bundle.member, tool=descriptor.name, destination=form.destination.id,
             origin=form.destination.origin, effect=effect, args_digest=facts.args_digest,
-            approval_id=facts.approval_id, nonce=nonce, expires_at=expires_at), event)
+            approval_id=facts.approval_id, authorized_by=facts.authorized_by, nonce=nonce,
+            expires_at=expires_at), event)
         if not paused:
             raise CredentialRefused(f"This turn is no longer running, so {descriptor.name} "
                                     "was not run.", "run_not_waiting")

@@ -175,6 +175,9 @@ class CredentialService:
                                approval_id: str) -> bool:
         return await self.paused.approval_resumes(bundle, facts, approval_id)
 
+    async def paused_under(self, bundle: AuthorityBundle, facts: PausedCallFacts) -> str | None:
+        return await self.paused.paused_under(bundle, facts)
+
 
 class Unavailable:
     """The port when credentials are off: every credential-backed call is refused."""
@@ -192,3 +195,6 @@ class Unavailable:
     async def approval_resumes(self, bundle: AuthorityBundle, facts: PausedCallFacts,
                                approval_id: str) -> bool:
         return False
+
+    async def paused_under(self, bundle: AuthorityBundle, facts: PausedCallFacts) -> str | None:
+        return None

@@ -45,6 +45,7 @@ class PausedCall:
     effect: str
     args_digest: str
     approval_id: str | None
+    authorized_by: str
     status: str
     expires_at: datetime
     created_at: datetime
@@ -64,8 +65,8 @@ class PausedCall:
 def _paused(row: m.CredentialRequest) -> PausedCall:
     return PausedCall(row.id, row.run_id, row.conversation_id, row.call_id, row.member,
                       row.tool, row.destination, row.origin, row.effect, row.args_digest,
-                      row.approval_id, row.status, row.expires_at, row.created_at,
-                      row.settled_at, row.resumed_at)
+                      row.approval_id, row.authorized_by, row.status, row.expires_at,
+                      row.created_at, row.settled_at, row.resumed_at)
 
 
 class RequestClosed(Exception):
@@ -89,6 +90,7 @@ class NewPause:
     effect: str
     args_digest: str
     approval_id: str | None
+    authorized_by: str
     nonce: str
     expires_at: datetime
 
@@ -111,7 +113,8 @@ class CredentialRequests:
                 id=new.id, run_id=new.run_id, conversation_id=new.conversation_id,
                 call_id=new.call_id, member=new.member, tool=new.tool,
                 destination=new.destination, origin=new.origin, effect=new.effect,
-                args_digest=new.args_digest, approval_id=new.approval_id, nonce=new.nonce,
+                args_digest=new.args_digest, approval_id=new.approval_id,
+                authorized_by=new.authorized_by, nonce=new.nonce,
                 status="pending", expires_at=new.expires_at, created_at=utcnow()))
             await tx.session.flush()
             await tx.append_event(new.conversation_id, "credential.requested", new.member,

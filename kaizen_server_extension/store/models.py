@@ -1135,6 +1135,8 @@ class CredentialRequest(Base):
     args_digest: Mapped[str] = mapped_column(String(64))
     approval_id: Mapped[str | None] = mapped_column(
         ForeignKey("approvals.id", ondelete="CASCADE"))
+    #: What authorized the call before it paused (``tools/authorization.py``).
+    authorized_by: Mapped[str] = mapped_column(String(32))
     nonce: Mapped[str] = mapped_column(String(120))
     status: Mapped[str] = mapped_column(String(16))
     credential_ref: Mapped[str | None] = mapped_column(String(80))
@@ -1148,6 +1150,11 @@ class CredentialRequest(Base):
         UniqueConstraint("nonce", name="uq_credential_requests_nonce"),
         CheckConstraint(_in("status", CREDENTIAL_REQUEST_STATUSES), name="status"),
         CheckConstraint("effect IN ('read', 'write', 'sensitive')", name="effect"),
+        CheckConstraint("authorized_by IN ('not_required', 'never_ask', 'conversation_grant', "
+                        "'one_shot_approval')", name="authorized_by"),
+        # A consumed approval is what a one-shot approval authorization names, and only it.
+        CheckConstraint("(authorized_by = 'one_shot_approval') = (approval_id IS NOT NULL)",
+                        name="approval_authorized"),
         CheckConstraint("(status = 'pending') = (settled_at IS NULL)", name="settled"),
         CheckConstraint("(status = 'submitted') = (credential_ref IS NOT NULL)",
                         name="submitted_ref"),

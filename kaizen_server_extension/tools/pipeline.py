@@ -294,7 +294,7 @@ class ToolPipeline:
         credential: CallCredentialView | None = None
         if CREDENTIAL_DESTINATION_KEY in descriptor.extra:
             credential, unusable = await self._open_credential(bundle, request, descriptor,
-                                                               arguments, gate.approval_id)
+                                                               arguments, gate)
             if unusable is not None:
                 return unusable
         settled = await self._execute(bundle, request, registered, arguments, audit,
@@ -404,7 +404,7 @@ class ToolPipeline:
 
     async def _open_credential(
         self, bundle: AuthorityBundle, request: ToolCallRequest, descriptor: ToolDescriptor,
-        arguments: Mapping[str, Any], approval_id: str | None = None,
+        arguments: Mapping[str, Any], gate: CallAuthorization | None = None,
     ) -> tuple[CallCredentialView | None, Settlement | None]:
         """The call's broker handle, or the definite refusal (nothing was sent). Without a
         ``credential_ref`` the call may pause for the member's form (raises
@@ -416,8 +416,7 @@ class ToolPipeline:
             try:
                 if CREDENTIAL_REF_ARGUMENT not in arguments:
                     return await self._credentials.open_for_paused_call(
-                        bundle, descriptor, arguments, self._paused_facts(request,
-                                                                          approval_id)), None
+                        bundle, descriptor, arguments, self._paused_facts(request, gate)), None
                 return await self._credentials.open_for_call(bundle, descriptor,
                                                              arguments), None
             except MemberSafeError as exc:
@@ -432,10 +431,12 @@ class ToolPipeline:
         )
 
     @staticmethod
-    def _paused_facts(request: ToolCallRequest, approval_id: str | None) -> PausedCallFacts:
-        return PausedCallFacts(request.call_id, arguments_digest(request.name,
-                                                                 request.arguments),
-                               approval_id)
+    def _paused_facts(request: ToolCallRequest,
+                      gate: CallAuthorization | None) -> PausedCallFacts:
+        digest = arguments_digest(request.name, request.arguments)
+        if gate is None:
+            return PausedCallFacts(request.call_id, digest)
+        return PausedCallFacts(request.call_id, digest, gate.approval_id, gate.by.value)
 
     # --- step 7: guardrails and approvals --------------------------------------------------
 
@@ -473,6 +474,13 @@ class ToolPipeline:
         # after an approval (fresh facts, no grant read) consumes its one-shot receipt.
         if (not demanded and grantable(descriptor.capability) and facts is not None
                 and facts.member == bundle.member and facts.granted(request.name) is True):
+            return CallAuthorization(AuthorizedBy.CONVERSATION_GRANT, str(mode))
+        # The re-issue of a call the grant answered before it paused for a credential (a
+        # re-issue's facts carry no grant read): the member's form for this very call stands
+        # with that answer (docs/credentials.md).
+        if not demanded and grantable(descriptor.capability) \
+                and await self._paused_under(bundle, request) \
+                == AuthorizedBy.CONVERSATION_GRANT.value:
             return CallAuthorization(AuthorizedBy.CONVERSATION_GRANT, str(mode))
         consumed = await self._approval(bundle, request, descriptor, arguments)
         if isinstance(consumed, Settlement):
@@ -533,6 +541,17 @@ class ToolPipeline:
                                "This action needs the member's approval and approvals are "
                                "unavailable, so it was not run.") from None
         return receipt.approval_id
+
+    async def _paused_under(self, bundle: AuthorityBundle,
+                            request: ToolCallRequest) -> str | None:
+        if self._credentials is None:
+            return None
+        try:
+            return await self._credentials.paused_under(bundle,
+                                                        self._paused_facts(request, None))
+        except Exception:
+            log.exception("paused call lookup failed for %s; asking as usual", request.name)
+            return None
 
     async def _resumes_paused(self, bundle: AuthorityBundle, request: ToolCallRequest,
                               approval_id: str) -> bool:

@@ -187,6 +187,8 @@ class PausedCallFacts:
     call_id: str
     args_digest: str
     approval_id: str | None = None
+    #: What authorized the call (``AuthorizedBy`` value) before it may pause.
+    authorized_by: str = "not_required"
 
 
 class CredentialPort(Protocol):
@@ -209,4 +211,10 @@ class CredentialPort(Protocol):
                                approval_id: str, /) -> bool:
         """Whether the consumed ``approval_id`` was consumed by this same call before it
         paused for a credential (so its re-issue goes on under it, asking nothing)."""
+        ...
+
+    async def paused_under(self, bundle: AuthorityBundle, facts: PausedCallFacts,
+                           /) -> str | None:
+        """What authorized this same call before it paused for a credential, when its pause
+        has settled and it was not resumed yet (an ``AuthorizedBy`` value), else None."""
         ...

@@ -256,11 +256,46 @@ def test_the_approval_a_paused_call_consumed_serves_no_other_call(
                     call_id="call_other", member="alice", tool=tool,
                     destination=requested["destination"], origin=requested["origin"],
                     effect="write", args_digest=first["args_digest"],
-                    approval_id=first["id"], nonce=uuid.uuid4().hex, status="pending",
+                    approval_id=first["id"], authorized_by="one_shot_approval",
+                    nonce=uuid.uuid4().hex, status="pending",
                     expires_at=datetime.now(UTC), created_at=datetime.now(UTC)))
                 await tx.session.flush()
 
     with_server_store(world.server, reuse)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.rule("R-387")
+def test_a_write_the_conversation_grant_answers_pauses_and_resumes_unasked(
+        world: World, alice: httpx.Client, source: dict[str, Any]) -> None:
+    tool = f"openapi__{source['id']}__keyedWrite"
+    before = len(world.service.received("/api/whoami"))
+    room, run_id = _start(world, alice, "write with a grant", [(tool, {"body":
+                                                                       {"name": "g1"}})])
+    approval = _pending_approval(alice, run_id)
+    assert alice.post(f"approvals/{approval['id']}", json={
+        "decision": "approve", "scope": "conversation"}).status_code == 200
+    requested = _event(alice, room, run_id, "credential.requested")["data"]
+    assert world.form(requested["form_path"], value=SECRET).status_code == 200
+    assert _settled(alice, run_id, timeout=120)["status"] == "completed"
+    # The next write in this room: the grant answers it, it pauses with no approval bound,
+    # and after the form it runs without anything being asked.
+    text = "write again with a grant"
+    world.fake.load([{"match": text, "responses": [
+        {"tool_calls": [{"name": tool, "arguments": {"body": {"name": "g2"}}}]},
+        {"text": "Done."}]}, DEFAULT])
+    run_id = _send(alice, room, text)["run_id"]
+    requested = _event(alice, room, run_id, "credential.requested")["data"]
+    assert requested["approval_id"] is None and "approval" not in _plan(
+        requested["form_path"])["call"]
+    assert world.form(requested["form_path"], value=SECRET).status_code == 200
+    assert _event(alice, room, run_id, "run.terminal")["data"]["status"] == "completed"
+    assert [e for e in _events(alice, room, run_id) if e["type"] == "approval.requested"] == []
+    assert [c["outcome"] for c in _settled_calls(alice, room, run_id)] == ["ok"]
+    sent = world.service.received("/api/whoami")[before:]
+    assert [json.loads(r.body)["name"] for r in sent] == ["g1", "g2"]
+    assert {r.headers.get("x-key") for r in sent} == {SECRET}
+    alice.delete(f"conversations/{room}/tool-grants/{tool}")
 
 
 @pytest.mark.rule("R-389", "R-387")
