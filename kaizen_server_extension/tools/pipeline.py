@@ -479,6 +479,7 @@ class ToolPipeline:
         # re-issue's facts carry no grant read): the member's form for this very call stands
         # with that answer (docs/credentials.md).
         if not demanded and grantable(descriptor.capability) \
+                and CREDENTIAL_DESTINATION_KEY in descriptor.extra \
                 and await self._paused_under(bundle, request) \
                 == AuthorizedBy.CONVERSATION_GRANT.value:
             return CallAuthorization(AuthorizedBy.CONVERSATION_GRANT, str(mode))
@@ -505,6 +506,7 @@ class ToolPipeline:
         try:
             receipt = await store.find_receipt(bundle.run_id, digest)
             if receipt is not None and receipt.status is ApprovalStatus.CONSUMED \
+                    and CREDENTIAL_DESTINATION_KEY in descriptor.extra \
                     and await self._resumes_paused(bundle, request, receipt.approval_id):
                 # This call consumed it before it paused for a credential: its re-issue goes
                 # on under that approval, and no other call can.
