@@ -288,6 +288,9 @@ class KaizenSettings(BaseModel):
     #: Offer "Remember" on the form: the value is sealed in the database and reusable until
     #: the member deletes it. Off, every credential is used once and never stored.
     KAIZEN_CREDENTIAL_REMEMBER_ENABLED: bool = False
+    #: How long a credential form can be submitted, in seconds: the spec's five minutes at
+    #: most; shorter only tightens it (a call paused for its form waits this long).
+    KAIZEN_CREDENTIAL_FORM_SECONDS: Annotated[int, Field(ge=1, le=300)] = 300
     #: The administrator's credential destinations, as a JSON list (docs/credentials.md).
     KAIZEN_CREDENTIAL_DESTINATIONS: Annotated[
         tuple[CredentialDestinationModel, ...], Field(max_length=MAX_CREDENTIAL_DESTINATIONS)

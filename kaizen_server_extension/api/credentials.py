@@ -10,7 +10,12 @@ Registered only when ``KAIZEN_CREDENTIALS_ENABLED`` is on; off, these paths do n
   to the server, which answers with the opaque ``credential_ref`` only;
 * ``GET kaizen/api/credentials`` — the caller's references (identity only: no method anywhere
   reads a value back, R-395); ``DELETE kaizen/api/credentials/{ref}`` forgets one;
-* ``GET kaizen/api/credentials/receipts`` — the caller's credential-free receipts (R-398).
+* ``GET kaizen/api/credentials/receipts`` — the caller's credential-free receipts (R-398);
+* ``GET kaizen/api/credentials/requests`` — the caller's tool calls paused for a credential
+  (identity and status); ``POST kaizen/api/credentials/requests/{id}/cancel`` — decline one:
+  the call settles as refused and the turn goes on (docs/credentials.md, "A call that needs
+  a credential"). Each pause is journaled as ``credential.requested`` with the path of its
+  form, and its end as ``credential.settled``.
 """
 
 from __future__ import annotations
@@ -31,14 +36,19 @@ from kaizen_server_extension.api.openapi_parts import (
     path_param,
     ref,
 )
+from kaizen_server_extension.api.params import ID, query_value
 from kaizen_server_extension.context import KaizenContext
-from kaizen_server_extension.credentials.forms import FormRefused, OpenForm
+from kaizen_server_extension.credentials.forms import FORM_PATH, FormRefused, OpenForm
 from kaizen_server_extension.credentials.service import CredentialService
-from kaizen_server_extension.protocol.errors import MemberError, NotFound
+from kaizen_server_extension.protocol.errors import BadRequest, Conflict, MemberError, NotFound
+from kaizen_server_extension.store.credential_requests import (
+    CREDENTIAL_REQUEST_STATUSES,
+    CredentialRequests,
+    RequestClosed,
+)
 
 REF = r"cref_[A-Za-z0-9_-]{22,64}"
 TOKEN = r"[A-Za-z0-9_-]{16,4000}\.[A-Za-z0-9_-]{16,200}"
-FORM_PATH = "kaizen/credentials/forms"
 
 
 class FormCall(BaseModel):
@@ -133,6 +143,32 @@ class CredentialReceiptsHandler(KaizenHandler):
         self.write_json([r.public() for r in receipts])
 
 
+class CredentialRequestsHandler(KaizenHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        status = query_value(self, "status")
+        if status is not None and status not in CREDENTIAL_REQUEST_STATUSES:
+            raise BadRequest("Unknown credential request status.", code="invalid_query")
+        paused = await CredentialRequests(self.kaizen.store).list_for(self.member, status)
+        self.write_json([p.public() for p in paused])
+
+
+class CredentialRequestCancelHandler(KaizenHandler):
+    @web.authenticated
+    async def post(self, request_id: str) -> None:
+        requests = CredentialRequests(self.kaizen.store)
+        paused = await requests.get(request_id)
+        if paused is None or paused.member != self.member:
+            raise NotFound("No such credential request.", code="credential_request_not_found")
+        try:
+            settled = await requests.settle(request_id, "cancelled", self.member,
+                                            member=self.member)
+        except RequestClosed:
+            raise Conflict("This credential request is no longer waiting.",
+                           code="credential_request_closed") from None
+        self.write_json(settled.public())
+
+
 # --- the form page ------------------------------------------------------------------------
 
 _STYLE = """
@@ -154,7 +190,7 @@ code{font:600 1rem ui-monospace,monospace;background:#eef2fb;padding:.15rem .35r
 def _page(title: str, body: str) -> str:
     return (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta name=\"viewport\" content=\"width=device-width\">"
-            f"<meta name=\"referrer\" content=\"no-referrer\">"
+            f"<meta name=\"referrer\" content=\"same-origin\">"
             f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>"
             f"<body><main>{body}</main></body></html>")
 
@@ -177,9 +213,11 @@ class CredentialFormPage(JupyterHandler):
 
     async def prepare(self) -> None:  # type: ignore[override]
         await super().prepare()
-        # Neither the page nor its answer is cached or sends its URL (the token) anywhere.
+        # Neither the page nor its answer is cached or sends its URL (the token) to another
+        # origin. Not "no-referrer": under it a browser sends "Origin: null" with the form's
+        # own POST, which the Jupyter server refuses as cross-origin for a cookie session.
         self.set_header("Cache-Control", "no-store")
-        self.set_header("Referrer-Policy", "no-referrer")
+        self.set_header("Referrer-Policy", "same-origin")
         self.set_header("X-Content-Type-Options", "nosniff")
         user = self.current_user
         if user is None:
@@ -216,6 +254,14 @@ class CredentialFormPage(JupyterHandler):
         finally:
             fields.clear()
         origin = html.escape(submitted.destination.origin)
+        if submitted.resumed is not None:
+            # The paused call takes it now; the reference is nobody's business here.
+            self.finish(_page("Credential sent", (
+                f"<p class=\"kz-to\">Sent for</p><h1 id=\"destination-origin\">{origin}</h1>"
+                "<p id=\"kz-saved\" data-resumed=\"yes\">Your credential was received. The "
+                "call it was asked for continues now and uses it once; it is not stored.</p>"
+                "<p class=\"kz-note\">You can close this page.</p>")))
+            return
         kept = ("It is kept, sealed, until you delete it." if submitted.retention == "remember"
                 else "It will be used for one request and then forgotten; it is not stored.")
         self.finish(_page("Credential saved", (
@@ -268,6 +314,8 @@ def credential_routes(prefix: str) -> list[tuple[str, type[web.RequestHandler]]]
         (rf"{prefix}/credentials/destinations", CredentialDestinationsHandler),
         (rf"{prefix}/credentials/forms", CredentialFormsHandler),
         (rf"{prefix}/credentials/receipts", CredentialReceiptsHandler),
+        (rf"{prefix}/credentials/requests", CredentialRequestsHandler),
+        (rf"{prefix}/credentials/requests/({ID})/cancel", CredentialRequestCancelHandler),
         (rf"{prefix}/credentials/({REF})", CredentialHandler),
         (rf"/{FORM_PATH}/({TOKEN})", CredentialFormPage),
     ]
@@ -316,6 +364,22 @@ def credentials_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
              **error_answers(_ERROR_TEXT, 404)},
             params=[path_param("credential_ref", {"type": "string",
                                                   "pattern": f"^{REF}$"})])},
+        "/kaizen/api/credentials/requests": {"get": operation(
+            "The caller's tool calls paused for a credential: identity and status, never a "
+            "value or reference. The form of a pending one is in its credential.requested "
+            "event", "listCredentialRequests",
+            {**answer("Paused calls", {"type": "array", "items": ref("CredentialRequest")}),
+             **error_answers(_ERROR_TEXT)},
+            params=[{"name": "status", "in": "query", "required": False,
+                     "schema": {"enum": list(CREDENTIAL_REQUEST_STATUSES)}}])},
+        "/kaizen/api/credentials/requests/{request_id}/cancel": {"post": operation(
+            "Decline to enter the credential a paused call asks for: the call settles as "
+            "refused (nothing sent) and the turn goes on; its form is refused from now on",
+            "cancelCredentialRequest",
+            {**answer("Cancelled", ref("CredentialRequest")),
+             **error_answers({**_ERROR_TEXT, 409: "The request is no longer waiting"},
+                             404, 409)},
+            params=[path_param("request_id")])},
         "/kaizen/api/credentials/receipts": {"get": operation(
             "The caller's credential receipts: which nonce or request was claimed and how it "
             "ended; no value, argument, body or result", "listCredentialReceipts",
@@ -352,7 +416,52 @@ def credentials_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
                          "arguments_digest"],
             "properties": {"tool": string, "source": string, "operation": string,
                            "effect": {"enum": ["read", "write", "sensitive"]},
-                           "schema_digest": string, "arguments_digest": string}},
+                           "schema_digest": string, "arguments_digest": string,
+                           "request_id": {"type": "string", "description": (
+                               "A paused call's form: the request it resumes")},
+                           "approval_id": {"type": "string", "description": (
+                               "A paused call's form: the approval that call consumed "
+                               "before it paused")}}},
+        "CredentialRequest": {
+            "description": "A tool call paused for a credential form (docs/credentials.md)",
+            "type": "object",
+            "required": ["id", "run_id", "conversation_id", "call_id", "tool", "destination",
+                         "origin", "effect", "approval_id", "status", "expires_at",
+                         "created_at", "settled_at"],
+            "properties": {"id": string, "run_id": string, "conversation_id": string,
+                           "call_id": string, "tool": string, "destination": string,
+                           "origin": string,
+                           "effect": {"enum": ["read", "write", "sensitive"]},
+                           "approval_id": nullable,
+                           "status": {"enum": list(CREDENTIAL_REQUEST_STATUSES)},
+                           "expires_at": when, "created_at": when,
+                           "settled_at": {"type": ["string", "null"], "format": "date-time"}}},
+        "CredentialRequestedData": {
+            "description": "data of a credential.requested event: a tool call paused until "
+                           "its member enters a credential on the signed form at form_path "
+                           "(relative to the server's base URL; the form shows origin "
+                           "first). No value, and no reference, is ever in an event",
+            "type": "object",
+            "required": ["request_id", "call_id", "tool", "destination", "origin", "scheme",
+                         "effect", "approval_id", "form_path", "expires_at"],
+            "properties": {"request_id": string, "call_id": string, "tool": string,
+                           "destination": string, "origin": string, "scheme": string,
+                           "effect": {"enum": ["read", "write", "sensitive"]},
+                           "approval_id": {"type": ["string", "null"], "description": (
+                               "The approval the call consumed before it paused (null when "
+                               "none authorized it); the form is bound to it")},
+                           "form_path": {"type": "string",
+                                         "pattern": f"^{FORM_PATH}/{TOKEN}$"},
+                           "expires_at": when}},
+        "CredentialSettledData": {
+            "description": "data of a credential.settled event: how a paused call's wait "
+                           "ended. submitted: the call goes on with the value once; "
+                           "cancelled or expired: it settles as refused and the turn goes on",
+            "type": "object",
+            "required": ["request_id", "call_id", "tool", "origin", "status"],
+            "properties": {"request_id": string, "call_id": string, "tool": string,
+                           "origin": string,
+                           "status": {"enum": ["submitted", "cancelled", "expired"]}}},
         "CredentialDestination": {
             "type": "object", "required": ["id", "origin", "label", "scheme", "enabled"],
             "properties": {"id": string, "origin": string, "label": string,

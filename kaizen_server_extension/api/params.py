@@ -102,7 +102,7 @@ PATH_PARAMETERS: dict[str, dict[str, Any]] = {
     **{name: id_schema() for name in (
         "conversation_id", "run_id", "agent_id", "approval_id", "notification_id",
         "artifact_id", "proposal_id", "collection_id", "project_id", "document_id",
-        "source_id")},
+        "source_id", "request_id")},
     "task_id": {"type": "string", "pattern": f"^{TASK_ID}$"},
     "tool": {"type": "string", "pattern": f"^{TOOL}$"},
     # Any name but "/" (the identity provider's); one that is no member is a 404 or 422.

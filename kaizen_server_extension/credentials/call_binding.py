@@ -7,6 +7,15 @@ digest of the call's arguments and the operation's effect class (:class:`CallBin
 credential entered on it serves that call only: the broker refuses it for another operation,
 other arguments, another effect, or after the source's document changed (a newly discovered
 form is needed, R-390). The arguments themselves are not kept, only their digest.
+
+A form issued for a call the pipeline **paused** for a credential (docs/credentials.md, "A
+call that needs a credential") binds three things more: the conversation (the workroom), the
+paused request's id, and the approval the call consumed before it paused — ``approval`` is
+absent only for a call no approval authorized (a read, the member's conversation grant or
+Never ask). The credential entered on it then serves that paused call only: a call with
+another request id or another consumed approval is refused like one with other arguments
+(R-387). A form for one call issued through ``POST credentials/forms`` has none of the three
+and serves the call the model then makes with its ``credential_ref``.
 """
 
 from __future__ import annotations
@@ -45,6 +54,15 @@ class CallIdentity:
     args_digest: str
     schema_digest: str
     effect: str
+    #: For a paused call being resumed: its request and the approval it consumed.
+    request: str | None = None
+    approval: str | None = None
+
+
+#: The fields every call binding has; a paused call's binding has the optional ones too.
+_REQUIRED = frozenset({"tool", "source", "operation", "schema_digest", "args_digest",
+                       "effect", "api_base"})
+_PAUSED = frozenset({"conversation", "request", "approval"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,16 +76,23 @@ class CallBinding:
     args_digest: str
     effect: str
     api_base: str
+    #: A paused call's conversation, request id and consumed approval (None: not paused /
+    #: no approval authorized it).
+    conversation: str | None = None
+    request: str | None = None
+    approval: str | None = None
 
     def plan(self) -> dict[str, str]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
     @classmethod
     def from_plan(cls, value: object) -> CallBinding:
-        if not isinstance(value, Mapping) or set(value) != set(cls.__slots__) \
+        if not isinstance(value, Mapping) or not _REQUIRED <= set(value) <= _REQUIRED | _PAUSED \
                 or not all(isinstance(v, str) and v for v in value.values()):
             raise BindingMalformed("call binding")
         binding = cls(**{k: str(v) for k, v in value.items()})
+        if binding.approval is not None and binding.request is None:
+            raise BindingMalformed("call binding")
         if not (_DIGEST_RE.fullmatch(binding.schema_digest)
                 and _DIGEST_RE.fullmatch(binding.args_digest)
                 and binding.effect in _EFFECTS):
@@ -84,13 +109,22 @@ class CallBinding:
                                     ("effect", self.effect, call.effect)):
             if mine != theirs:
                 return field
+        # A paused call's credential resumes that call, under the approval it consumed.
+        if self.request is not None and (self.request, self.approval) != (call.request,
+                                                                          call.approval):
+            return "the call" if self.request != call.request else "approval"
         return None
 
     def public(self) -> dict[str, str]:
         """What the member and the REST answer may see: identity and digests, no arguments."""
-        return {"tool": self.tool, "source": self.source, "operation": self.operation,
-                "effect": self.effect, "schema_digest": self.schema_digest,
-                "arguments_digest": self.args_digest}
+        shown = {"tool": self.tool, "source": self.source, "operation": self.operation,
+                 "effect": self.effect, "schema_digest": self.schema_digest,
+                 "arguments_digest": self.args_digest}
+        if self.request is not None:
+            shown["request_id"] = self.request
+            if self.approval is not None:
+                shown["approval_id"] = self.approval
+        return shown
 
 
 __all__ = ["BindingMalformed", "CallBinding", "CallIdentity", "call_arguments_digest"]

@@ -21,6 +21,12 @@ digest of the source's schema document, the digest of the call's arguments and t
 class as well. Opening and submitting it re-check that the source still offers that very
 operation from the same document and API base (a changed source needs a new form, R-390);
 its credential is held for use once, and the broker gives it only to that call (R-387).
+
+A form for a call the pipeline **paused** for a credential (``credentials/paused_calls.py``)
+binds the paused request and the approval that call consumed too. Submitting it settles that
+request in the same transaction that claims the nonce, so the value reaches the waiting call
+and nothing else; a request that is no longer waiting (cancelled, expired, its run ended)
+refuses the form with nothing stored.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kaizen_server_extension.credentials.broker import CredentialBroker
@@ -36,6 +42,10 @@ from kaizen_server_extension.credentials.call_binding import BindingMalformed, C
 from kaizen_server_extension.credentials.crypto import PlanRejected, open_plan, sign_plan
 from kaizen_server_extension.credentials.destinations import Destination
 from kaizen_server_extension.protocol.errors import MemberError
+from kaizen_server_extension.store.credential_requests import (
+    CredentialRequests,
+    RequestClosed,
+)
 from kaizen_server_extension.store.credentials import CredentialRecords, NonceSpent
 from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.tools.mtls import (
@@ -46,6 +56,8 @@ from kaizen_server_extension.tools.mtls import (
 
 #: How long an issued form can be submitted (spec: a five-minute expiry).
 FORM_TTL_S = 300
+#: Where the form page is served, under the server's base URL (``api/credentials.py``).
+FORM_PATH = "kaizen/credentials/forms"
 PLAN_VERSION = 1
 #: The longest secret field a form accepts.
 MAX_SECRET_CHARS = 8192
@@ -102,6 +114,9 @@ _REFUSALS: Mapping[str, tuple[int, str]] = {
                                     "can be issued for that call."),
     "operation_changed": (409, "The operation this form was issued for changed since (its "
                                "source's document or API base). Ask for a new form."),
+    "request_closed": (409, "The call this form was for is no longer waiting for a "
+                            "credential (it was cancelled, it expired, or its turn ended). "
+                            "Nothing was stored."),
 }
 
 
@@ -136,11 +151,29 @@ class Submitted:
     retention: str
     receipt_id: str
     destination: Destination
+    #: The paused call this submission resumed, if the form was for one.
+    resumed: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PausedFor:
+    """The paused call a form is issued for: its conversation, request and the approval it
+    consumed (None when no approval authorized it), and the request's nonce and expiry."""
+
+    conversation: str
+    request: str
+    approval: str | None
+    nonce: str
+    expires_at: int
 
 
 class CredentialForms:
     def __init__(self, store: Store, broker: CredentialBroker, form_key: bytes, *,
-                 remember_enabled: bool, clock: Callable[[], float] = time.time) -> None:
+                 remember_enabled: bool, clock: Callable[[], float] = time.time,
+                 ttl_s: int = FORM_TTL_S) -> None:
+        if not 1 <= ttl_s <= FORM_TTL_S:
+            raise ValueError("a form's lifetime is at most five minutes")
+        self._ttl_s = ttl_s
         self._store = store
         self._records = CredentialRecords(store)
         self._broker = broker
@@ -152,10 +185,20 @@ class CredentialForms:
     def remember_enabled(self) -> bool:
         return self._remember
 
+    @property
+    def ttl_s(self) -> int:
+        return self._ttl_s
+
+    def new_pause(self) -> tuple[str, int]:
+        """A nonce and expiry for a paused call's form (the request row stores both)."""
+        return secrets.token_urlsafe(18), int(self._clock()) + self._ttl_s
+
     async def issue(self, member: str, destination_id: str, label: str = "", *,
-                    call: tuple[str, Mapping[str, Any]] | None = None) -> OpenForm:
+                    call: tuple[str, Mapping[str, Any]] | None = None,
+                    paused: PausedFor | None = None) -> OpenForm:
         """A fresh form for ``member`` and the destination, if they may use it now; with
-        ``call`` (a tool name and its arguments), for that one call only (R-387)."""
+        ``call`` (a tool name and its arguments), for that one call only (R-387); with
+        ``paused`` too, for that paused call under the approval it consumed."""
         destination = await self._broker.destinations.lookup(destination_id, member)
         code = await self._broker.refusal(member, destination)
         if code is not None or destination is None:
@@ -163,12 +206,18 @@ class CredentialForms:
         plan: dict[str, Any] = {
             "v": PLAN_VERSION, "member": member, "destination": destination.id,
             "fingerprint": destination.fingerprint(), "origin": destination.origin,
-            "nonce": secrets.token_urlsafe(18), "exp": int(self._clock()) + FORM_TTL_S,
+            "nonce": secrets.token_urlsafe(18), "exp": int(self._clock()) + self._ttl_s,
             "label": label.strip()[:MAX_LABEL_CHARS]}
+        if paused is not None and call is None:
+            raise ValueError("a paused call's form is for that call")
         if call is not None:
             bound = await self._broker.destinations.bind_call(member, destination, *call)
             if isinstance(bound, str):
                 raise refused(bound)
+            if paused is not None:
+                bound = replace(bound, conversation=paused.conversation,
+                                request=paused.request, approval=paused.approval)
+                plan["nonce"], plan["exp"] = paused.nonce, paused.expires_at
             plan["call"] = bound.plan()
         token = sign_plan(plan, self._key)
         return OpenForm(token, plan, destination, self._offers_remember(plan))
@@ -209,6 +258,12 @@ class CredentialForms:
                 raise refused(code)
         if await self._records.nonce_claimed(f"form:{plan['nonce']}"):
             raise refused("form_used")
+        request = plan["call"].get("request") if "call" in plan else None
+        if request is not None:
+            waiting = await CredentialRequests(self._store).get(str(request))
+            if waiting is None or waiting.member != member \
+                    or waiting.status != "pending":
+                raise refused("request_closed")
         return OpenForm(token, plan, destination, self._offers_remember(plan))
 
     async def submit(self, member: str, token: str, fields: Mapping[str, str], *,
@@ -242,6 +297,10 @@ class CredentialForms:
                 else:
                     ref = self._broker.hold_once(member, destination, secret,
                                                  binding=binding)
+                if binding is not None and binding.request is not None:
+                    # The paused call takes this value, now or never (R-387).
+                    await CredentialRequests.settle_in(tx, binding.request, "submitted", member,
+                                                       member=member, credential_ref=ref)
                 await CredentialRecords.settle_in(tx, receipt, "stored", credential_ref=ref)
                 await tx.audit(member, "credential.entered", {
                     "credential_ref": ref, "destination": destination.id,
@@ -250,11 +309,16 @@ class CredentialForms:
                     **({"call": binding.public()} if binding is not None else {})})
         except NonceSpent:
             raise refused("form_used") from None
+        except RequestClosed:
+            if ref is not None and retention == "once":
+                self._broker.drop_once(ref)
+            raise refused("request_closed") from None
         except BaseException:
             if ref is not None and retention == "once":
                 self._broker.drop_once(ref)
             raise
-        return Submitted(ref, retention, receipt, destination)
+        return Submitted(ref, retention, receipt, destination,
+                         binding.request if binding is not None else None)
 
 
 def _secret_fields(destination: Destination, fields: Mapping[str, str]) -> dict[str, str]:

@@ -5,7 +5,9 @@ tool is *credential-backed* when its descriptor names a destination
 (``extra["credential_destination"]``, see :func:`credential_backed`); the pipeline then calls
 :meth:`CredentialService.open_for_call` immediately before execution, which swaps the call's
 ``credential_ref`` argument for a :class:`~kaizen_server_extension.credentials.broker.BrokerHandle`
-(R-443), and scrubs the tool's result with it afterwards (R-396).
+(R-443), and scrubs the tool's result with it afterwards (R-396). An External OpenAPI call
+made without a ``credential_ref`` pauses for the member's form instead
+(:meth:`CredentialService.open_for_paused_call`, ``credentials/paused_calls.py``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from kaizen_server_extension.credentials.destinations import (
     StaticDestinations,
     destination_from_settings,
 )
-from kaizen_server_extension.credentials.forms import CredentialForms
+from kaizen_server_extension.credentials.forms import FORM_TTL_S, CredentialForms
+from kaizen_server_extension.credentials.paused_calls import PausedCalls
 from kaizen_server_extension.policy.credential_arguments import (
     CREDENTIAL_REF_ARGUMENT,
     CREDENTIAL_REF_RE,
@@ -42,6 +45,7 @@ from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.tools.ports import (
     CREDENTIAL_DESTINATION_KEY,
     CREDENTIAL_HANDLE_ARGUMENT,
+    PausedCallFacts,
 )
 from kaizen_server_extension.tools.types import RegisteredTool, ToolDescriptor
 
@@ -99,14 +103,16 @@ def _effect(descriptor: ToolDescriptor) -> str:
 class CredentialService:
     def __init__(self, store: Store, *, key_text: str, remember_enabled: bool,
                  destinations: StaticDestinations,
-                 allowed: Callable[[str, str], Awaitable[bool]]) -> None:
+                 allowed: Callable[[str, str], Awaitable[bool]],
+                 form_ttl_s: int = FORM_TTL_S) -> None:
         keys = CredentialKeys.from_master(parse_key(key_text))
         self.records = CredentialRecords(store)
         self.destinations = destinations
         self.broker = CredentialBroker(self.records, Vault(keys.vault), destinations,
                                        live_policy(allowed))
         self.forms = CredentialForms(store, self.broker, keys.form,
-                                     remember_enabled=remember_enabled)
+                                     remember_enabled=remember_enabled, ttl_s=form_ttl_s)
+        self.paused = PausedCalls(store, self.forms, self.broker)
 
     @classmethod
     def from_settings(cls, store: Store, settings: Any,
@@ -116,7 +122,8 @@ class CredentialService:
             for d in settings.KAIZEN_CREDENTIAL_DESTINATIONS)
         return cls(store, key_text=settings.KAIZEN_CREDENTIAL_KEY.get_secret_value(),
                    remember_enabled=settings.KAIZEN_CREDENTIAL_REMEMBER_ENABLED,
-                   destinations=destinations, allowed=allowed)
+                   destinations=destinations, allowed=allowed,
+                   form_ttl_s=settings.KAIZEN_CREDENTIAL_FORM_SECONDS)
 
     def __repr__(self) -> str:
         return "CredentialService(<values withheld>)"
@@ -150,6 +157,33 @@ class CredentialService:
         passed[HANDLE_ARGUMENT] = handle
         return CallCredential(passed, handle)
 
+    async def open_for_paused_call(self, bundle: AuthorityBundle, descriptor: ToolDescriptor,
+                                   arguments: Mapping[str, Any],
+                                   facts: PausedCallFacts) -> CallCredential:
+        """See :class:`~kaizen_server_extension.tools.ports.CredentialPort`. Only an External
+        OpenAPI operation pauses (its form can bind the call); any other credential-backed
+        tool without a reference is refused as before."""
+        destination = destination_of(descriptor)
+        schema_digest = descriptor.extra.get(SCHEMA_DIGEST_KEY)
+        if destination is None or not isinstance(schema_digest, str) or not schema_digest \
+                or CREDENTIAL_REF_ARGUMENT in arguments:
+            return await self.open_for_call(bundle, descriptor, arguments)
+        effect = _effect(descriptor)
+        plain = dict(arguments)
+        resumed = await self.paused.resume_or_pause(bundle, facts, descriptor, destination,
+                                                    effect, schema_digest, plain)
+        handle = await self.broker.handle(
+            bundle.member, resumed.credential_ref, destination, operation=descriptor.name,
+            effect=effect, run_id=bundle.run_id, call=resumed.call)
+        return CallCredential({**plain, HANDLE_ARGUMENT: handle}, handle)
+
+    async def approval_resumes(self, bundle: AuthorityBundle, facts: PausedCallFacts,
+                               approval_id: str) -> bool:
+        return await self.paused.approval_resumes(bundle, facts, approval_id)
+
+    async def paused_under(self, bundle: AuthorityBundle, facts: PausedCallFacts) -> str | None:
+        return await self.paused.paused_under(bundle, facts)
+
 
 class Unavailable:
     """The port when credentials are off: every credential-backed call is refused."""
@@ -158,3 +192,15 @@ class Unavailable:
                             arguments: Mapping[str, Any]) -> CallCredential:
         raise CredentialRefused("Credentials are not enabled on this server, so this tool "
                                 "cannot run.", "credentials_disabled")
+
+    async def open_for_paused_call(self, bundle: AuthorityBundle, descriptor: ToolDescriptor,
+                                   arguments: Mapping[str, Any],
+                                   facts: PausedCallFacts) -> CallCredential:
+        return await self.open_for_call(bundle, descriptor, arguments)
+
+    async def approval_resumes(self, bundle: AuthorityBundle, facts: PausedCallFacts,
+                               approval_id: str) -> bool:
+        return False
+
+    async def paused_under(self, bundle: AuthorityBundle, facts: PausedCallFacts) -> str | None:
+        return None

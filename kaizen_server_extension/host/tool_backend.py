@@ -29,7 +29,7 @@ from kaizen_server_extension.host.store_ports import (
 from kaizen_server_extension.host.task_tools import TaskTools
 from kaizen_server_extension.models.profiles import FULL, PromptProfile
 from kaizen_server_extension.policy.approvals import ApprovalReceipt
-from kaizen_server_extension.policy.errors import ApprovalPending
+from kaizen_server_extension.policy.errors import ApprovalPending, CredentialPending
 from kaizen_server_extension.policy.guardrails import GuardrailChain
 from kaizen_server_extension.policy.prompt_attachments import (
     AttachmentFacts,
@@ -50,6 +50,11 @@ from kaizen_server_extension.protocol.tools import (
 )
 from kaizen_server_extension.resources import NO_RESOURCES, AdmittedResources
 from kaizen_server_extension.settings import OPENAPI_SOURCES_SERVICE
+from kaizen_server_extension.store.credential_requests import (
+    SETTLED_BY_SERVER,
+    CredentialRequests,
+    RequestClosed,
+)
 from kaizen_server_extension.store.documents import DocumentStore
 from kaizen_server_extension.store.hashline_state import StoredWorkspaceState
 from kaizen_server_extension.store.history import HistorySearch
@@ -552,6 +557,11 @@ class PipelineToolBackend:
                         return _declined(request, catalog)
                     # Approved: run the call again; the pipeline consumes the one-shot
                     # receipt and reruns every guardrail before executing (R-238).
+                except CredentialPending as paused:
+                    # The same wait for the member, for a credential form (R-387): however it
+                    # ends, the call is re-issued and settles what the member did — it runs
+                    # once with the submitted value, or is refused (expired, cancelled).
+                    await self._await_credential(paused.request_id, cancelled)
 
         # A kernel may call back only the catalog's read tools, through this same pipeline;
         # starting another agent's turn is not a read a kernel makes.
@@ -591,6 +601,34 @@ class PipelineToolBackend:
                 log.info("withdrew approval request %s: nothing waits for it", approval_id)
         except Exception:
             log.exception("could not withdraw approval request %s", approval_id)
+
+    async def _await_credential(self, request_id: str, cancelled: asyncio.Event) -> None:
+        """Until the paused call's form is submitted, cancelled or expired (this expires it
+        when its time is up). A turn stopped meanwhile cancels the request, so its form is
+        refused from then on (docs/credentials.md)."""
+        requests = CredentialRequests(self._store)
+        try:
+            while True:
+                paused = await requests.get(request_id)
+                if paused is None or paused.status != "pending":
+                    return
+                if await requests.expire_if_due(request_id):
+                    return
+                if cancelled.is_set():
+                    raise RunCancelled()
+                await asyncio.sleep(APPROVAL_POLL_S)
+        except (RunCancelled, asyncio.CancelledError):
+            await asyncio.shield(self._close_paused(requests, request_id))
+            raise
+
+    @staticmethod
+    async def _close_paused(requests: CredentialRequests, request_id: str) -> None:
+        try:
+            await requests.settle(request_id, "cancelled", SETTLED_BY_SERVER)
+        except RequestClosed:
+            pass
+        except Exception:
+            log.exception("could not close credential request %s", request_id)
 
     async def _await_decision(self, approval_id: str, cancelled: asyncio.Event) -> str:
         while True:

@@ -30,3 +30,19 @@ class ApprovalPending(Exception):
         self.approval_id = approval_id
         self.call_id = call_id
         self.tool = tool
+
+
+class CredentialPending(Exception):
+    """The call needs a credential the member has not given: a paused request and its signed
+    form are already persisted and journaled (``credential.requested``).
+
+    Raised by the pipeline, after the approval gate and the write guard, instead of a settled
+    result, exactly like :class:`ApprovalPending`: the host keeps the run waiting until the
+    member submits the form, cancels it, or it expires, then re-issues the call, which takes
+    that outcome once (docs/credentials.md, "A call that needs a credential")."""
+
+    def __init__(self, request_id: str, *, call_id: str, tool: str) -> None:
+        super().__init__(f"credential request {request_id} pending for {tool}")
+        self.request_id = request_id
+        self.call_id = call_id
+        self.tool = tool

@@ -1120,3 +1120,60 @@ class OpenApiSource(Base):
         CheckConstraint("schema_url LIKE 'https://%'", name="schema_url_https"),
         CheckConstraint("api_base LIKE 'https://%'", name="api_base_https"),
     )
+
+
+CREDENTIAL_REQUEST_STATUSES = ("pending", "submitted", "expired", "cancelled")
+
+
+class CredentialRequest(Base):
+    """A tool call paused for a credential (docs/credentials.md, "A call that needs a
+    credential"): the run waits, as for an approval, until the member submits the signed form
+    issued for this one call, cancels it, or it expires. It holds identity and status only —
+    never a value; ``credential_ref`` is the opaque reference of the use-once value the
+    broker holds in memory. A consumed approval binds at most one paused call (UNIQUE
+    ``approval_id``), and the resumed call takes the outcome once (``resumed_at`` set by
+    compare-and-set)."""
+
+    __tablename__ = "credential_requests"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    conversation_id: Mapped[str] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"))
+    call_id: Mapped[str] = mapped_column(String(200))
+    member: Mapped[str] = mapped_column(ForeignKey("members.id"))
+    tool: Mapped[str] = mapped_column(String(200))
+    destination: Mapped[str] = mapped_column(String(120))
+    origin: Mapped[str] = mapped_column(String(300))
+    effect: Mapped[str] = mapped_column(String(20))
+    #: The digest of the call's exact argument text (the approval digest).
+    args_digest: Mapped[str] = mapped_column(String(64))
+    approval_id: Mapped[str | None] = mapped_column(
+        ForeignKey("approvals.id", ondelete="CASCADE"))
+    #: What authorized the call before it paused (``tools/authorization.py``).
+    authorized_by: Mapped[str] = mapped_column(String(32))
+    nonce: Mapped[str] = mapped_column(String(120))
+    status: Mapped[str] = mapped_column(String(16))
+    credential_ref: Mapped[str | None] = mapped_column(String(80))
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    settled_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    resumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        UniqueConstraint("approval_id", name="uq_credential_requests_approval_id"),
+        UniqueConstraint("nonce", name="uq_credential_requests_nonce"),
+        CheckConstraint(_in("status", CREDENTIAL_REQUEST_STATUSES), name="status"),
+        CheckConstraint("effect IN ('read', 'write', 'sensitive')", name="effect"),
+        CheckConstraint("authorized_by IN ('not_required', 'never_ask', 'conversation_grant', "
+                        "'one_shot_approval')", name="authorized_by"),
+        # A consumed approval is what a one-shot approval authorization names, and only it.
+        CheckConstraint("(authorized_by = 'one_shot_approval') = (approval_id IS NOT NULL)",
+                        name="approval_authorized"),
+        CheckConstraint("(status = 'pending') = (settled_at IS NULL)", name="settled"),
+        CheckConstraint("(status = 'submitted') = (credential_ref IS NOT NULL)",
+                        name="submitted_ref"),
+        CheckConstraint("resumed_at IS NULL OR status <> 'pending'", name="resumed"),
+        Index("ix_credential_requests_run_call", "run_id", "call_id"),
+        Index("ix_credential_requests_member_status", "member", "status"),
+    )

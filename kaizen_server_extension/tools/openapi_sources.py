@@ -25,7 +25,8 @@ and failure path as a built-in tool.
   :meth:`Egress.send`).
 * **Credentials** (docs/credentials.md): an operation whose document requires authentication
   (``CompiledAuth``) is offered only when the credential quarantine is on. Its schema gains
-  a required opaque ``credential_ref``, its descriptor names its credential destination
+  an optional opaque ``credential_ref`` (without one the call pauses for the member's form,
+  ``credentials/paused_calls.py``), its descriptor names its credential destination
   (:func:`credential_destination`: one per source and security scheme), and the pipeline
   hands it a broker handle for it; the call then sends its one request with the handle's
   injector as :meth:`Egress.send`'s ``credential``, so the value never passes through the
@@ -200,13 +201,15 @@ def credential_destination(source_id: str, scheme: str) -> str:
 
 
 def with_credential_ref(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """``schema`` with the required opaque ``credential_ref`` the model passes (R-350)."""
+    """``schema`` with the optional opaque ``credential_ref`` the model may pass (R-350).
+    Without one, the call pauses and the member is asked for the credential in a form bound
+    to that call (``credentials/paused_calls.py``)."""
     properties = {**(schema.get("properties") or {}), CREDENTIAL_REF_ARGUMENT: {
         "type": "string", "pattern": CREDENTIAL_REF_RE.pattern,
-        "description": "The opaque reference of a credential the member entered for this "
-                       "source (never a credential itself)."}}
-    required = sorted({*schema.get("required", ()), CREDENTIAL_REF_ARGUMENT})
-    return {**schema, "properties": properties, "required": required}
+        "description": "Optional: the opaque reference of a credential the member gave you "
+                       "for this source (never a credential itself). Omit it and the member "
+                       "is asked to enter the credential for this call."}}
+    return {**schema, "properties": properties}
 
 
 def descriptor_for(source: SourceRecord, operation: CompiledOperation,

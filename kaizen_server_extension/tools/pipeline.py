@@ -31,7 +31,12 @@ Order (spec: What happens on a tool call; R-223), every step on every call:
    with the turn (R-291..R-294). A credential-backed tool's ``credential_ref`` is resolved
    by the credential port just before, and the tool receives an opaque broker handle in its
    place; its result (and any error text) is scrubbed of the credential with that same
-   handle (R-443, R-396; ``credentials/``);
+   handle (R-443, R-396; ``credentials/``). An External OpenAPI call made without one
+   **pauses** here, after its approval was consumed and the write guard passed: the port
+   issues the signed form for this call and raises :class:`CredentialPending`, the host
+   waits as for an approval and re-issues the call, which then goes on under the approval it
+   consumed (step 7) and takes the submitted credential once, or settles a refusal when the
+   form expired or was cancelled (R-387; ``credentials/paused_calls.py``);
 10. outcome classification (the body is read, not only the envelope: R-274) and a bounded,
     redacted, member-safe projection (R-229, R-344), which the guardrail chain checks again
     before it is published (R-070). The raw result goes to audit only.
@@ -65,7 +70,10 @@ from kaizen_server_extension.policy.approvals import (
     grantable,
 )
 from kaizen_server_extension.policy.ceilings import CapabilityCeiling
-from kaizen_server_extension.policy.credential_arguments import find_credential
+from kaizen_server_extension.policy.credential_arguments import (
+    CREDENTIAL_REF_ARGUMENT,
+    find_credential,
+)
 from kaizen_server_extension.policy.errors import ApprovalPending, PolicyDenied
 from kaizen_server_extension.policy.guardrails import (
     Deny,
@@ -112,6 +120,7 @@ from kaizen_server_extension.tools.ports import (
     CallFactsView,
     CallScope,
     CredentialPort,
+    PausedCallFacts,
     PermissionResolver,
     ResourceAuthorizer,
     RosterCheck,
@@ -282,7 +291,7 @@ class ToolPipeline:
         credential: CallCredentialView | None = None
         if CREDENTIAL_DESTINATION_KEY in descriptor.extra:
             credential, unusable = await self._open_credential(bundle, request, descriptor,
-                                                               arguments)
+                                                               arguments, gate)
             if unusable is not None:
                 return unusable
         settled = await self._execute(bundle, request, registered, arguments, audit,
@@ -390,14 +399,19 @@ class ToolPipeline:
 
     async def _open_credential(
         self, bundle: AuthorityBundle, request: ToolCallRequest, descriptor: ToolDescriptor,
-        arguments: Mapping[str, Any],
+        arguments: Mapping[str, Any], gate: CallAuthorization | None = None,
     ) -> tuple[CallCredentialView | None, Settlement | None]:
-        """The call's broker handle, or the definite refusal (nothing was sent)."""
+        """The call's broker handle, or the definite refusal (nothing was sent). Without a
+        ``credential_ref`` the call may pause for the member's form (raises
+        :class:`CredentialPending`, which is not a settled result)."""
         if self._credentials is None:
             refusal = MemberSafeError(f"Credentials are not available here, so {request.name} "
                                       "was not run.", code="credentials_unavailable")
         else:
             try:
+                if CREDENTIAL_REF_ARGUMENT not in arguments:
+                    return await self._credentials.open_for_paused_call(
+                        bundle, descriptor, arguments, self._paused_facts(request, gate)), None
                 return await self._credentials.open_for_call(bundle, descriptor,
                                                              arguments), None
             except MemberSafeError as exc:
@@ -410,6 +424,14 @@ class ToolPipeline:
             raw={"refused": refusal.code, "stage": "credential"},
             reason_code=refusal.code, remember=True,
         )
+
+    @staticmethod
+    def _paused_facts(request: ToolCallRequest,
+                      gate: CallAuthorization | None) -> PausedCallFacts:
+        digest = arguments_digest(request.name, request.arguments)
+        if gate is None:
+            return PausedCallFacts(request.call_id, digest)
+        return PausedCallFacts(request.call_id, digest, gate.approval_id, gate.by.value)
 
     # --- step 7: guardrails and approvals --------------------------------------------------
 
@@ -454,6 +476,17 @@ class ToolPipeline:
                 AuthorizedBy.CONVERSATION_GRANT, str(mode),
                 grant=GrantRef(bundle.conversation_id, request.name,
                                facts.grant_approval(request.name) or None))
+        # The re-issue of a call the grant answered before it paused for a credential (a
+        # re-issue's facts carry no grant read): the member's form for this very call stands
+        # with that answer (docs/credentials.md).
+        if not demanded and grantable(descriptor.capability) \
+                and CREDENTIAL_DESTINATION_KEY in descriptor.extra \
+                and await self._paused_under(bundle, request) \
+                == AuthorizedBy.CONVERSATION_GRANT.value:
+            # The grant's own approval is not read on a re-issue: the audit names the grant by
+            # its key only.
+            return CallAuthorization(AuthorizedBy.CONVERSATION_GRANT, str(mode),
+                                     grant=GrantRef(bundle.conversation_id, request.name, None))
         consumed = await self._approval(bundle, request, descriptor, arguments)
         if isinstance(consumed, Settlement):
             return consumed
@@ -476,6 +509,12 @@ class ToolPipeline:
         digest = arguments_digest(request.name, request.arguments)
         try:
             receipt = await store.find_receipt(bundle.run_id, digest)
+            if receipt is not None and receipt.status is ApprovalStatus.CONSUMED \
+                    and CREDENTIAL_DESTINATION_KEY in descriptor.extra \
+                    and await self._resumes_paused(bundle, request, receipt.approval_id):
+                # This call consumed it before it paused for a credential: its re-issue goes
+                # on under that approval, and no other call can (R-387).
+                return receipt.approval_id
             if receipt is None or receipt.status is ApprovalStatus.CONSUMED:
                 # The request shows what is decided on, except what the tool keeps in the
                 # backend until that exact request is approved (R-225); the digest binds it all.
@@ -508,6 +547,24 @@ class ToolPipeline:
                                "This action needs the member's approval and approvals are "
                                "unavailable, so it was not run.") from None
         return receipt.approval_id
+
+    async def _paused_under(self, bundle: AuthorityBundle,
+                            request: ToolCallRequest) -> str | None:
+        if self._credentials is None:
+            return None
+        try:
+            return await self._credentials.paused_under(bundle,
+                                                        self._paused_facts(request, None))
+        except Exception:
+            log.exception("paused call lookup failed for %s; asking as usual", request.name)
+            return None
+
+    async def _resumes_paused(self, bundle: AuthorityBundle, request: ToolCallRequest,
+                              approval_id: str) -> bool:
+        if self._credentials is None:
+            return False
+        return await self._credentials.approval_resumes(
+            bundle, self._paused_facts(request, None), approval_id)
 
     # --- a task's posture ------------------------------------------------------------------
 

@@ -187,9 +187,43 @@ class CallCredentialView(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class PausedCallFacts:
+    """A call that may pause for a credential: its id, the digest of its exact argument text
+    (the approval digest) and the one-shot approval it consumed (None when none authorized
+    it)."""
+
+    call_id: str
+    args_digest: str
+    approval_id: str | None = None
+    #: What authorized the call (``AuthorizedBy`` value) before it may pause.
+    authorized_by: str = "not_required"
+
+
 class CredentialPort(Protocol):
     async def open_for_call(self, bundle: AuthorityBundle, descriptor: ToolDescriptor,
                             arguments: Mapping[str, Any], /) -> CallCredentialView:
         """Resolve the call's ``credential_ref`` for its member and destination now (live
         policy); raise a MemberSafeError (nothing sent) when it cannot be used (R-443)."""
+        ...
+
+    async def open_for_paused_call(self, bundle: AuthorityBundle, descriptor: ToolDescriptor,
+                                   arguments: Mapping[str, Any], facts: PausedCallFacts,
+                                   /) -> CallCredentialView:
+        """For a call without a ``credential_ref``: the credential the member submitted on
+        the form of this paused call, or raise ``CredentialPending`` having paused it (its
+        form issued and journaled), or a MemberSafeError (its form expired or was cancelled,
+        or no form can be issued for it; nothing sent)."""
+        ...
+
+    async def approval_resumes(self, bundle: AuthorityBundle, facts: PausedCallFacts,
+                               approval_id: str, /) -> bool:
+        """Whether the consumed ``approval_id`` was consumed by this same call before it
+        paused for a credential (so its re-issue goes on under it, asking nothing)."""
+        ...
+
+    async def paused_under(self, bundle: AuthorityBundle, facts: PausedCallFacts,
+                           /) -> str | None:
+        """What authorized this same call before it paused for a credential, when its pause
+        has settled and it was not resumed yet (an ``AuthorizedBy`` value), else None."""
         ...

@@ -82,6 +82,24 @@ export function apiUrl(baseUrl: string, path: string): string {
   return (baseUrl.endsWith('/') ? baseUrl : `${baseUrl}/`) + API_PREFIX + path;
 }
 
+/** Where the signed credential forms are served, under the server's base URL. */
+export const CREDENTIAL_FORM_PREFIX = 'kaizen/credentials/forms/';
+const FORM_TOKEN = /^[A-Za-z0-9_-]{16,4000}\.[A-Za-z0-9_-]{16,200}$/;
+
+/**
+ * The URL of a paused call's credential form (`credential.requested` `form_path`), or null
+ * for anything that is not a form path: the panel links only to its own server's form page.
+ */
+export function credentialFormUrl(baseUrl: string, formPath: string): string | null {
+  if (!formPath.startsWith(CREDENTIAL_FORM_PREFIX)) {
+    return null;
+  }
+  if (!FORM_TOKEN.test(formPath.slice(CREDENTIAL_FORM_PREFIX.length))) {
+    return null;
+  }
+  return (baseUrl.endsWith('/') ? baseUrl : `${baseUrl}/`) + formPath;
+}
+
 /**
  * The sentence shown to the member when a Kaizen call fails.
  *
@@ -382,6 +400,17 @@ export class KaizenApi {
       `runs/${encodeURIComponent(runId)}/cancel`,
       {},
       'stop the run',
+      body => body
+    );
+  }
+
+  /** Decline the credential a paused call asks for: the call settles as refused. */
+  cancelCredentialRequest(requestId: string): Promise<Result<unknown>> {
+    return this._call(
+      'POST',
+      `credentials/requests/${encodeURIComponent(requestId)}/cancel`,
+      {},
+      'cancel the credential request',
       body => body
     );
   }

@@ -85,6 +85,25 @@ export interface IApprovalView {
   seq: number;
 }
 
+/**
+ * A tool call paused until its member enters a credential (`credential.requested`): the
+ * destination origin and the path of the signed form, never a value or reference; resolved by
+ * `credential.settled` (`submitted`, `cancelled` or `expired`).
+ */
+export interface ICredentialRequestView {
+  requestId: string;
+  callId: string;
+  tool: string;
+  origin: string;
+  effect: string;
+  approvalId: string | null;
+  /** The form's path under the server's base URL (`kaizen/credentials/forms/<token>`). */
+  formPath: string;
+  expiresAt: string;
+  status?: string;
+  seq: number;
+}
+
 export interface IUsage {
   prompt_tokens?: number;
   completion_tokens?: number;
@@ -123,6 +142,8 @@ export interface IRunView {
   startedAt?: string;
   tools: IToolCallView[];
   approvals: IApprovalView[];
+  /** Calls paused for a credential form (absent before the first one). */
+  credentials?: ICredentialRequestView[];
   answers: IAnswerView[];
   /** Live `thinking.delta` text of the step streaming now; never stored, gone at the end. */
   thinking?: string;
@@ -381,6 +402,44 @@ function applyDurable(
         return {
           ...run,
           approvals,
+          status: isTerminal(run) ? run.status : stillPending ? 'awaiting_approval' : 'running'
+        };
+      });
+    case 'credential.requested':
+      return updateRun(state, event, run => {
+        const request: ICredentialRequestView = {
+          requestId: str(d, 'request_id') || `seq-${event.seq}`,
+          callId: str(d, 'call_id'),
+          tool: str(d, 'tool', 'tool'),
+          origin: str(d, 'origin'),
+          effect: str(d, 'effect'),
+          approvalId: str(d, 'approval_id') || null,
+          formPath: str(d, 'form_path'),
+          expiresAt: str(d, 'expires_at'),
+          seq: event.seq
+        };
+        const known = run.credentials ?? [];
+        if (known.some(c => c.requestId === request.requestId)) {
+          return run;
+        }
+        return {
+          ...run,
+          status: isTerminal(run) ? run.status : 'awaiting_approval',
+          credentials: [...known, request]
+        };
+      });
+    case 'credential.settled':
+      return updateRun(state, event, run => {
+        const id = str(d, 'request_id');
+        const status = str(d, 'status', 'cancelled');
+        const credentials = (run.credentials ?? []).map(c =>
+          c.requestId === id ? { ...c, status } : c
+        );
+        const stillPending =
+          credentials.some(c => !c.status) || run.approvals.some(a => !a.decision);
+        return {
+          ...run,
+          credentials,
           status: isTerminal(run) ? run.status : stillPending ? 'awaiting_approval' : 'running'
         };
       });

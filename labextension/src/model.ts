@@ -7,6 +7,7 @@
  */
 import {
   ApprovalMode,
+  credentialFormUrl,
   IAgent,
   IConversation,
   IMe,
@@ -218,6 +219,17 @@ export class ConversationModel extends Observable<IConversationSnapshot> {
         : await this.api.decideApproval(approvalId, decision);
     // The card resolves from the `approval.decided` event, for every viewer alike.
     this.set({ ...this._value, error: result.ok ? null : result.message });
+  }
+
+  /** Decline a paused call's credential; the card resolves from `credential.settled`. */
+  async cancelCredential(requestId: string): Promise<void> {
+    const result = await this.api.cancelCredentialRequest(requestId);
+    this.set({ ...this._value, error: result.ok ? null : result.message });
+  }
+
+  /** The URL of a paused call's form on this server, or null. */
+  credentialFormUrl(formPath: string): string | null {
+    return credentialFormUrl(this.api.settings.baseUrl, formPath);
   }
 
   dismissError(): void {

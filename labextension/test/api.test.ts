@@ -1,7 +1,13 @@
 import assert from 'node:assert/strict';
-import { it } from 'node:test';
+import { describe, it } from 'node:test';
 
-import { apiUrl, failureMessage, parseAgents, parseConversation } from '../src/api';
+import {
+  apiUrl,
+  credentialFormUrl,
+  failureMessage,
+  parseAgents,
+  parseConversation
+} from '../src/api';
 
 it('shows the Kaizen error sentence, else a fixed one by status', () => {
   assert.equal(failureMessage(409, { error: { code: 'x', message: 'Already decided.' } }), 'Already decided.');
@@ -26,4 +32,28 @@ it('joins URLs and reads agents and conversations defensively', () => {
   const c = parseConversation({ id: 'c', agent_id: 'g', title: '', shared: true, owner: 'alice' });
   assert.equal(c?.title, 'Conversation');
   assert.equal(c?.shared, true);
+});
+
+describe('credentialFormUrl', () => {
+  const token = `${'a'.repeat(40)}.${'b'.repeat(43)}`;
+  it('joins a form path under the base URL', () => {
+    assert.equal(
+      credentialFormUrl('/base/', `kaizen/credentials/forms/${token}`),
+      `/base/kaizen/credentials/forms/${token}`
+    );
+    assert.equal(
+      credentialFormUrl('/base', `kaizen/credentials/forms/${token}`),
+      `/base/kaizen/credentials/forms/${token}`
+    );
+  });
+  it('links only to the form page of this server', () => {
+    for (const path of [
+      `https://evil.example/kaizen/credentials/forms/${token}`,
+      `kaizen/api/credentials/forms/${token}`,
+      `kaizen/credentials/forms/${token}/../../x`,
+      'kaizen/credentials/forms/short.x'
+    ]) {
+      assert.equal(credentialFormUrl('/base/', path), null, path);
+    }
+  });
 });

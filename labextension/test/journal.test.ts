@@ -183,6 +183,33 @@ describe('journal reducer', () => {
     assert.equal(state.runs.r1.approvals[0].decidedBy, 'alice');
   });
 
+  it('follows a call paused for a credential: the form path, then how it settled', () => {
+    let state = applyFrames(initialState(CONV), fullRun(1).slice(0, 3));
+    state = applyFrame(state, ev(4, 'tool.requested', { step: 1, call_id: 'c', name: 'openapi__s1__op' }));
+    state = applyFrame(
+      state,
+      ev(5, 'credential.requested', {
+        request_id: 'rq1',
+        call_id: 'c',
+        tool: 'openapi__s1__op',
+        origin: 'https://api.example',
+        effect: 'write',
+        approval_id: 'ap1',
+        form_path: 'kaizen/credentials/forms/tok',
+        expires_at: '2026-12-06T12:05:00+00:00'
+      })
+    );
+    const [request] = state.runs.r1.credentials ?? [];
+    assert.equal(state.runs.r1.status, 'awaiting_approval');
+    assert.equal(request.origin, 'https://api.example');
+    assert.equal(request.approvalId, 'ap1');
+    assert.equal(request.formPath, 'kaizen/credentials/forms/tok');
+    assert.equal(request.status, undefined);
+    state = applyFrame(state, ev(6, 'credential.settled', { request_id: 'rq1', status: 'submitted' }));
+    assert.equal(state.runs.r1.status, 'running');
+    assert.equal(state.runs.r1.credentials?.[0].status, 'submitted');
+  });
+
   it('notes participants', () => {
     const state = applyFrame(initialState(CONV), ev(1, 'participant.added', { member: 'bob' }, null));
     assert.equal(state.notes[0].text, 'bob joined the conversation.');

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,8 @@ from sqlalchemy import func, select
 
 from kaizen_server_extension.credentials.broker import CredentialRefused
 from kaizen_server_extension.credentials.call_binding import (
+    BindingMalformed,
+    CallBinding,
     CallIdentity,
     call_arguments_digest,
 )
@@ -271,3 +273,51 @@ async def test_disabling_the_endpoint_revokes_a_rendered_form_for_its_call(
     # Allowed again, the nonce was never claimed: the same form works once.
     assert (await world.credentials.forms.submit("alice", form.token, {"value": SECRET},
                                                  remember=False)).credential_ref
+
+
+@pytest.mark.rule("R-387")
+async def test_a_paused_calls_credential_serves_that_call_under_its_approval_only(
+        world: World) -> None:
+    """A form issued for a paused call binds its request and the approval it consumed: the
+    credential entered on it is refused for another request, another approval, other
+    arguments, or a call the model makes with the reference; refusals do not spend it."""
+    descriptor = await world.descriptor("keyedItem")
+    destination = await world.credentials.destinations.lookup(world.destination, "alice")
+    bound = await world.credentials.destinations.bind_call(
+        "alice", destination, world.tool("keyedItem"), {"id": "7"})
+    assert isinstance(bound, CallBinding)
+    paused = replace(bound, conversation="room-1", request="req-1", approval="appr-1")
+    # The plan carries the three, and reads back as the same binding.
+    assert CallBinding.from_plan(paused.plan()) == paused
+    assert paused.public()["approval_id"] == "appr-1"
+    for malformed in ({**bound.plan(), "approval": "appr-1"},          # no request
+                      {**bound.plan(), "request": ""},
+                      {**bound.plan(), "other": "x"}):
+        with pytest.raises(BindingMalformed):
+            CallBinding.from_plan(malformed)
+    ref = world.credentials.broker.hold_once("alice", destination, {"value": SECRET},
+                                             binding=paused)
+    digest = descriptor.extra["openapi_schema_digest"]
+    args = call_arguments_digest({"id": "7"})
+    exact = CallIdentity(world.tool("keyedItem"), args, digest, "read",
+                         request="req-1", approval="appr-1")
+    for other, differs in (
+            (replace(exact, approval="appr-2"), "approval"),
+            (replace(exact, approval=None), "approval"),
+            (replace(exact, request="req-2"), "the call"),
+            (replace(exact, args_digest=call_arguments_digest({"id": "8"})), "arguments"),
+            # The model naming the reference in a call of its own: not the paused call.
+            (replace(exact, request=None, approval=None), "the call")):
+        assert paused.mismatch(other) == differs
+        with pytest.raises(CredentialRefused) as refused:
+            await world.credentials.broker.handle("alice", ref, world.destination,
+                                                  operation="x", effect="read", call=other)
+        assert refused.value.code == "credential_bound_elsewhere"
+    with pytest.raises(CredentialRefused):
+        await world.credentials.open_for_call(BUNDLE, descriptor,
+                                              {"id": "7", "credential_ref": ref})
+    # The paused call itself, resumed under its approval, gets it.
+    handle = await world.credentials.broker.handle("alice", ref, world.destination,
+                                                   operation="x", effect="read", call=exact)
+    assert handle.credential_ref == ref
+    handle.close()

@@ -131,6 +131,14 @@ export function ChatView(props: IChatViewProps): JSX.Element {
   const visible = entries.slice(windowed.start);
 
   const onCancel = useCallback((runId: string) => void model.cancel(runId), [model]);
+  const onCancelCredential = useCallback(
+    (id: string) => model.cancelCredential(id),
+    [model]
+  );
+  const credentialFormUrl = useCallback(
+    (formPath: string) => model.credentialFormUrl(formPath),
+    [model]
+  );
   const onDecide = useCallback(
     (id: string, decision: Decision) => model.decide(id, decision),
     [model]
@@ -242,6 +250,8 @@ export function ChatView(props: IChatViewProps): JSX.Element {
                 agentName={agentNames}
                 onCancel={onCancel}
                 onDecide={onDecide}
+                credentialFormUrl={credentialFormUrl}
+                onCancelCredential={onCancelCredential}
                 proposals={proposalsOf(journal.notebook, entry.run.runId)}
               />
             ) : (

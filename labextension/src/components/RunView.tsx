@@ -9,6 +9,7 @@ import { IRunView, isTerminal, runUsage, usageSummary } from '../journal';
 import { Decision } from '../model';
 import { IProposalView } from '../notebook/edits';
 import { ApprovalCard } from './ApprovalCard';
+import { CredentialCard } from './CredentialCard';
 import { Spinner } from './Elapsed';
 import { ICodeActions, Markdown } from './Markdown';
 import { NotebookProposalCard } from './NotebookProposalCard';
@@ -25,6 +26,10 @@ export interface IRunProps {
   onDecide: (approvalId: string, decision: Decision) => Promise<void>;
   /** This run's notebook edit proposals (journal), shown as review cards. */
   proposals?: readonly IProposalView[];
+  /** The URL of a paused call's credential form, from its `form_path` (null: none). */
+  credentialFormUrl?: (formPath: string) => string | null;
+  /** Decline a paused call's credential. */
+  onCancelCredential?: (requestId: string) => Promise<void>;
 }
 
 const TERMINAL_TEXT: Record<string, string> = {
@@ -55,6 +60,8 @@ export function InputBubble({ run, me }: { run: IRunView; me: string | null }): 
 
 export const RunView = React.memo(function RunView(props: IRunProps): JSX.Element {
   const { run, me, rendermime, codeActions, agentName, onCancel, onDecide, proposals } = props;
+  const { credentialFormUrl, onCancelCredential } = props;
+  const waitingForCredential = (run.credentials ?? []).some(c => !c.status);
   const ended = isTerminal(run);
   const running = !ended && run.admitted;
   const answers = [...run.answers].sort((a, b) => a.step - b.step);
@@ -76,6 +83,15 @@ export const RunView = React.memo(function RunView(props: IRunProps): JSX.Elemen
           canDecide={canDecide}
           owner={run.input?.member ?? ''}
           onDecide={onDecide}
+        />
+      ))}
+      {(run.credentials ?? []).map(request => (
+        <CredentialCard
+          key={request.requestId}
+          request={request}
+          canEnter={canDecide}
+          formUrl={credentialFormUrl ? credentialFormUrl(request.formPath) : null}
+          onCancel={onCancelCredential ?? (() => Promise.resolve())}
         />
       ))}
       {proposals?.map(proposal => (
@@ -102,7 +118,13 @@ export const RunView = React.memo(function RunView(props: IRunProps): JSX.Elemen
       {running && (
         <div className="jp-Kaizen-runStatus">
           <Spinner />
-          <span>{run.status === 'awaiting_approval' ? 'Waiting for approval…' : 'Working…'}</span>
+          <span>
+            {run.status !== 'awaiting_approval'
+              ? 'Working…'
+              : waitingForCredential
+                ? 'Waiting for a credential…'
+                : 'Waiting for approval…'}
+          </span>
           <button
             type="button"
             className="jp-Button jp-mod-styled jp-mod-warn jp-Kaizen-stop"
