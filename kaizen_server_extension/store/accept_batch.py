@@ -1,17 +1,20 @@
 """Gathering a process's acceptances into batches (PostgreSQL; issue 21, bench/README.md).
 
 A burst of messages into one room queues at the room's row: each acceptance locks it while
-its statement runs, and then waits for a WAL barrier. With many posts in flight the hand-offs
-of that lock between database backends, and the round trips, dominate. So a process writes
-the acceptances it holds at once as one statement (store/inputs.py: ``accept_batch``):
+its statement runs, and must then be on disk before its 202. With many posts in flight the
+hand-offs of that lock between database backends, and the round trips, dominate. So a process
+writes the acceptances it holds at once as one statement (store/inputs.py: ``accept_batch``):
 
 * the first acceptance goes at once, alone; those arriving while a batch is being written
   wait and go together as the next one, in arrival order (at most ``MAX_BATCH``);
-* a batch's statement commits without waiting for the flush; its senders are answered
-  after a WAL barrier that began after it committed (store/units.py: ``GroupFlush``), so a
-  202 still means "on disk". The next batch is written meanwhile;
-* its journal events are published to observers only once it is on disk, as any unit's
-  are only once committed;
+* a batch's statement commits on a connection whose commit waits for the WAL flush
+  (store/units.py: ``run_flushed_statement``), so when it returns its senders are answered
+  at once and a 202 still means "on disk": one round trip per batch. The batch's rooms stay
+  locked through that flush (a millisecond or a few), which a burst pays a few times, not
+  once per post; a statement with ``synchronous_commit`` off followed by a WAL barrier took
+  a second round trip through an event loop busy with the rest of the burst;
+* its journal events are published to observers only then, as any unit's are only once
+  committed;
 * an input that cannot go with the others does not fail them: a second use of an
   idempotency key within one batch waits for the batch and is answered as any replay is,
   and a batch the database refuses (a key raced in from another process, a value a column
@@ -34,7 +37,7 @@ from sqlalchemy.exc import IntegrityError
 
 from kaizen_server_extension.protocol.errors import MemberError
 from kaizen_server_extension.store.core import utcnow
-from kaizen_server_extension.store.inputs import AcceptedBatchItem, Arrival, NewInput, accept_batch
+from kaizen_server_extension.store.inputs import Arrival, NewInput, accept_batch
 from kaizen_server_extension.store.records import AcceptedInputRecord
 from kaizen_server_extension.store.units import DISCONNECTED
 
@@ -74,7 +77,6 @@ class AcceptBatcher:
         self._database = database
         self._waiting: list[_Waiting] = []
         self._writing: asyncio.Task[None] | None = None
-        self._settling: set[asyncio.Task[None]] = set()
         #: Batches written, the inputs they held, and batches the database refused (tests).
         self.batches = 0
         self.inputs = 0
@@ -105,9 +107,8 @@ class AcceptBatcher:
     async def _write(self, batch: list[_Waiting]) -> None:
         together, alone = _split_replays(batch)
         try:
-            written = await self._database.run(
-                accept_batch([w.arrival for w in together]), durable=False,
-                single_statement=True)
+            written = await self._database.run_flushed_statement(
+                accept_batch([w.arrival for w in together]))
         except (IntegrityError, MemberError, asyncpg.PostgresError) as error:
             if isinstance(error, DISCONNECTED):
                 raise  # whether it committed is unknown: never written twice
@@ -120,25 +121,11 @@ class AcceptBatcher:
         self.batches += 1
         self.inputs += len(together)
         outcome = {id(w): item for w, item in zip(together, written, strict=True)}
-        settling = asyncio.ensure_future(self._settle_when_flushed(batch, outcome, alone))
-        self._settling.add(settling)
-        settling.add_done_callback(self._settling.discard)
-
-    async def _settle_when_flushed(self, batch: list[_Waiting],
-                                   outcome: dict[int, AcceptedBatchItem | None],
-                                   alone: set[int]) -> None:
-        try:
-            await self._database.flushed()
-        except BaseException as error:
-            _fail(batch, error)
-            if not isinstance(error, Exception):
-                raise
-            return
         try:
             self._database.publish([item.event for item in outcome.values()
                                     if item is not None])
         except Exception:
-            # Durable either way: an observer that failed must not fail the senders.
+            # On disk either way: an observer that failed must not fail the senders.
             log.exception("publishing an acceptance batch failed")
 
         def answer(w: _Waiting) -> BatchOutcome:
@@ -150,10 +137,9 @@ class AcceptBatcher:
         _settle(batch, answer)
 
     async def close(self) -> None:
-        """Let the batches under way finish (shutdown)."""
-        while self._writing is not None or self._settling:
-            await asyncio.gather(*(t for t in (self._writing, *self._settling) if t),
-                                 return_exceptions=True)
+        """Let the batch under way finish (shutdown)."""
+        while self._writing is not None:
+            await asyncio.gather(self._writing, return_exceptions=True)
 
 
 def _split_replays(batch: list[_Waiting]) -> tuple[list[_Waiting], set[int]]:

@@ -219,6 +219,18 @@ class Database:
         result, _appended = await asyncio.shield(done)
         return result
 
+    async def run_flushed_statement(self, unit: Unit[T]) -> T:
+        """Run the one-statement write ``unit`` as its own transaction and return once it
+        is on disk, in one round trip (PostgreSQL: on a connection of its own whose commit
+        waits for the WAL flush, holding the statement's row locks through it; units.py).
+        For a few large writes whose answer must mean "on disk" (the acceptance batches).
+        Like :meth:`run`, a statement that started runs to its end if the caller is
+        cancelled."""
+        done = asyncio.ensure_future(self._units.run_flushed_statement(unit))
+        done.add_done_callback(self._publish_unit)
+        result, _appended = await asyncio.shield(done)
+        return result
+
     async def read(self, make: Callable[..., Unit[T]], *args: Any,
                    single_statement: bool = False) -> T:
         """Run the read-only unit ``make(*args)`` straight on the driver (store/units.py):

@@ -210,6 +210,12 @@ class DirectRunner(ABC):
     async def dispose(self) -> None:
         return None
 
+    async def run_flushed_statement(self, unit: Unit[T]) -> tuple[T, list[EventRecord]]:
+        """The one-statement write ``unit``, answered once it is on disk; see
+        :meth:`PostgresRunner.run_flushed_statement`. Elsewhere a durable single-statement
+        unit."""
+        return await self.run(unit, write=True, durable=True, single_statement=True)
+
     async def flushed(self) -> None:
         """Return once every commit that returned before this call is on disk (PostgreSQL:
         see :class:`GroupFlush`). SQLite's commits are as durable as they get when they
@@ -520,6 +526,9 @@ class PostgresRunner(DirectRunner):
         self._pool: asyncpg.Pool | None = None
         self._starting = asyncio.Lock()
         self._flush = GroupFlush(self._barrier)
+        # The connection of run_flushed_statement, and the one statement at a time it runs.
+        self._flushing_pg: asyncpg.Connection | None = None
+        self._flushing = asyncio.Lock()
 
     async def _connections(self) -> asyncpg.Pool:
         if self._pool is None:
@@ -629,6 +638,32 @@ class PostgresRunner(DirectRunner):
     async def flushed(self) -> None:
         await self._flush.wait()
 
+    async def run_flushed_statement(self, unit: Unit[T]) -> tuple[T, list[EventRecord]]:
+        """The one-statement write ``unit`` as its own implicit transaction whose commit
+        waits for the WAL flush (the database's ``synchronous_commit``), on a connection of
+        its own, one statement at a time: one round trip to an answer that means "on disk",
+        where a unit-pool statement takes two (the statement, then a barrier). Its row locks
+        are held through that flush, so this suits a few large writes — the acceptance
+        batches (store/accept_batch.py) — not every statement. A connection found broken is
+        dropped (the error goes to the caller, who cannot know whether it committed) and the
+        next statement opens a fresh one."""
+        async with self._flushing:
+            pg = self._flushing_pg
+            if pg is None or pg.is_closed():
+                pool = await self._connections()
+                async with pool.acquire() as pooled:
+                    search_path = await pooled.fetchval("SHOW search_path")
+                url = self._main.url.set(drivername="postgresql")
+                pg = self._flushing_pg = await asyncpg.connect(
+                    url.render_as_string(hide_password=False),
+                    server_settings={"search_path": search_path})
+            try:
+                return await self._run_single(pg, unit)
+            except DISCONNECTED:
+                self._flushing_pg = None
+                pg.terminate()
+                raise
+
     async def _barrier(self) -> None:
         """Commit a WAL record, flushed before the commit returns: a transactional
         logical-decoding message, which any role may emit and which changes no table. Its
@@ -666,6 +701,9 @@ class PostgresRunner(DirectRunner):
         return stepping.outcome()
 
     async def dispose(self) -> None:
+        if self._flushing_pg is not None:
+            await self._flushing_pg.close()
+            self._flushing_pg = None
         if self._pool is not None:
             await self._pool.close()
             self._pool = None

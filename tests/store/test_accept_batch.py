@@ -9,15 +9,17 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from kaizen_server_extension.protocol.errors import Conflict, NotFound
 from kaizen_server_extension.store import Store, create_engine
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.records import AcceptedInputRecord, EventRecord
+from kaizen_server_extension.store.units import Unit, fetch
 from tests.conftest import POSTGRES_URL
 
 
@@ -171,32 +173,53 @@ async def test_an_input_the_database_refuses_does_not_fail_its_batch(store: Stor
 
 
 @pytest.mark.skipif(not POSTGRES_URL, reason="PostgreSQL only")
-async def test_a_batch_is_answered_and_published_only_once_on_disk(
+async def test_a_batch_is_answered_and_published_only_once_its_statement_is_on_disk(
         store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch goes through the statement whose return means "on disk"; its senders and
+    observers hear of it only after that."""
     if not store.notifies:
         pytest.skip("batches are PostgreSQL's")
     room = await _room(store)
     published: list[EventRecord] = []
     store.add_listener(published.extend)
-    on_disk = asyncio.Event()
-    flushed = store.flushed
+    returned = asyncio.Event()
+    release = asyncio.Event()
+    flushed_statement = store.run_flushed_statement
 
-    async def slow_flush() -> None:
-        await on_disk.wait()
-        await flushed()
+    async def held(unit: Any) -> Any:
+        result = await flushed_statement(unit)
+        returned.set()
+        await release.wait()
+        return result
 
-    monkeypatch.setattr(store, "flushed", slow_flush)
+    monkeypatch.setattr(store, "run_flushed_statement", held)
     sends = [_send(store, room, f"m{i}") for i in range(5)]
-    for _ in range(200):  # committed (visible to others), not yet known to be on disk
-        if len(await _inputs(store, room)) == 5:
-            break
-        await asyncio.sleep(0.01)
-    assert len(await _inputs(store, room)) == 5
+    await asyncio.wait_for(returned.wait(), 30)
+    assert len(await _inputs(store, room)) >= 1  # committed
     assert not any(s.done() for s in sends) and published == []
-    on_disk.set()
+    release.set()
     accepted = await asyncio.gather(*sends)
     assert [a.position for a in accepted] == [1, 2, 3, 4, 5]
     assert [e.seq for e in published] == [1, 2, 3, 4, 5]
+
+
+def _synchronous_commit() -> Unit[str]:
+    rows = yield from fetch(text("SELECT current_setting('synchronous_commit')"), {})
+    return str(rows[0][0])
+
+
+@pytest.mark.skipif(not POSTGRES_URL, reason="PostgreSQL only")
+async def test_the_flushed_statement_commits_as_the_database_says_not_asynchronously(
+        store: Store) -> None:
+    """Unit-pool statements commit with ``synchronous_commit`` off (a WAL barrier follows
+    when they must be durable); the flushed statement's commit waits for the flush itself."""
+    if not store.notifies:
+        pytest.skip("PostgreSQL's")
+    async with store.engine.connect() as connection:
+        default = (await connection.exec_driver_sql("SHOW synchronous_commit")).scalar_one()
+    assert default != "off"
+    assert await store.run_flushed_statement(_synchronous_commit()) == default
+    assert await store.run(_synchronous_commit(), single_statement=True) == "off"
 
 
 @pytest.mark.skipif(not POSTGRES_URL, reason="PostgreSQL only")
