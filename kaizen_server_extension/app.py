@@ -407,7 +407,8 @@ class KaizenApp(ExtensionApp):
         servers = [McpServer(id=s.id, transport=s.transport, command=s.command,
                              args=s.args, url=s.url, enabled=s.enabled,
                              timeout_s=s.timeout_s, agents=s.agents,
-                             credential_destination=s.credential_destination)
+                             credential_destination=s.credential_destination,
+                             artifact_tools=frozenset(s.artifact_tools))
                    for s in settings.KAIZEN_MCP_SERVERS]
         return McpSources(servers, stdio_commands=settings.KAIZEN_MCP_STDIO_COMMANDS,
                           egress=self._mcp_egress(settings))

@@ -137,6 +137,11 @@ class McpServerModel(BaseModel):
     #: An http server's calls carry the member's credential for this destination of
     #: ``KAIZEN_CREDENTIAL_DESTINATIONS`` (docs/mcp.md, "Credentials"); empty: none.
     credential_destination: Annotated[str, Field(pattern=r"^([a-z][a-z0-9-]{0,31})?$")] = ""
+    #: Tools of this server the administrator approves as version 2 renderable-artifact
+    #: producers (docs/mcp.md, "Artifact producers"): this registration, never anything the
+    #: server says, is the producer trust root (R-107, R-403).
+    artifact_tools: Annotated[tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")],
+                                    ...], Field(max_length=64)] = ()
 
     @field_validator("url")
     @classmethod
@@ -164,6 +169,13 @@ class McpServerModel(BaseModel):
         if self.credential_destination and self.transport != "http":
             raise ValueError(f"MCP server {self.id!r}: only an http server takes a "
                              "credential_destination")
+        if len(set(self.artifact_tools)) != len(self.artifact_tools):
+            raise ValueError(f"MCP server {self.id!r}: artifact_tools names a tool twice")
+        for remote in self.artifact_tools:
+            # The producer is recorded by its full tool name, which must be one we can call.
+            if len(f"mcp__{self.id}__{remote}") > 64:
+                raise ValueError(f"MCP server {self.id!r}: artifact tool {remote!r} makes a "
+                                 "tool name longer than 64 characters")
 
 
 #: At most this many static credential destinations (docs/credentials.md).

@@ -263,6 +263,28 @@ def artifact_openapi() -> tuple[dict[str, Any], dict[str, Any]]:
                                     "size": {"type": "integer"}, "author": string,
                                     "conversation_id": nullable, "room_id": nullable,
                                     "governed": {"type": "boolean"},
+                                    "attested": {
+                                        "type": ["object", "null"],
+                                        "description": (
+                                            "What a governed version's server attestation "
+                                            "asserts, null for an ordinary version. It "
+                                            "asserts only that the named "
+                                            "administrator-approved producer returned output "
+                                            "that passed the envelope contract; it does not "
+                                            "assert that the envelope's provenance or "
+                                            "security markings are true (docs/mcp.md)."),
+                                        "required": ["producer", "asserts"],
+                                        "properties": {
+                                            "producer": {
+                                                "type": ["string", "null"],
+                                                "description": (
+                                                    "The producer's tool name "
+                                                    "(mcp__<server>__<tool>); null when "
+                                                    "none was recorded.")},
+                                            "asserts": {
+                                                "type": "string",
+                                                "enum": ["validated_output_of_approved_"
+                                                         "producer"]}}},
                                     "derived_from": nullable,
                                     "created_at": {"type": "string", "format": "date-time"}}},
         "RenameArtifact": RenameArtifact.model_json_schema(),

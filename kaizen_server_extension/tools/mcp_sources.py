@@ -64,6 +64,7 @@ from urllib.parse import urlsplit
 from kaizen_server_extension.protocol.errors import MemberSafeError
 from kaizen_server_extension.protocol.tools import Capability, WriteCategory
 from kaizen_server_extension.tools.egress import RequestCredential
+from kaizen_server_extension.tools.mcp_artifacts import MAX_PRODUCER_TEXT_CHARS, govern
 from kaizen_server_extension.tools.mcp_http import (
     AuthWatch,
     McpEgressGate,
@@ -130,6 +131,9 @@ class McpServer:
     #: A credential destination (``KAIZEN_CREDENTIAL_DESTINATIONS``) whose member credential
     #: every call of this HTTP server's tools carries; empty: uncredentialed.
     credential_destination: str = ""
+    #: Tools the administrator approved as version 2 renderable-artifact producers
+    #: (``tools/mcp_artifacts.py``); the server can neither add nor remove one.
+    artifact_tools: frozenset[str] = frozenset()
 
     @property
     def selector(self) -> str:
@@ -208,6 +212,13 @@ def descriptor_for(server: McpServer, remote_tool: Any) -> ToolDescriptor | None
         return None
     schema = getattr(remote_tool, "input_schema", None)
     capability = effect_of(getattr(remote_tool, "annotations", None))
+    category = (WriteCategory.NONE if capability is Capability.READ
+                else WriteCategory.EXTERNAL_EFFECT)
+    if remote in server.artifact_tools and capability is Capability.READ:
+        # An approved producer's call writes a governed artifact to the member's store, so
+        # a read-only hint cannot make it a read: it passes the write guard like
+        # create_artifact does (tools/mcp_artifacts.py).
+        capability, category = Capability.WRITE, WriteCategory.MEMBER_STORE
     return ToolDescriptor(
         name=name,
         description=bounded_description(server, name[len(server.selector) + 2:],
@@ -220,8 +231,7 @@ def descriptor_for(server: McpServer, remote_tool: Any) -> ToolDescriptor | None
         repeat_creates_object=capability is not Capability.READ,
         # No reviewed audience class: private turns only (R-374).
         room_class=RoomClass.UNKNOWN,
-        write_category=(WriteCategory.NONE if capability is Capability.READ
-                        else WriteCategory.EXTERNAL_EFFECT),
+        write_category=category,
         surface=f"{SURFACE_PREFIX}{server.id}",
         first_party=False,
         extra={"mcp_server": server.id, "mcp_tool": remote},
@@ -409,6 +419,19 @@ class McpSources:
         sources = self
 
         async def call_mcp_tool(ctx: ToolContext, **arguments: Any) -> dict[str, Any]:
+            body = await send_call(ctx, arguments)
+            if remote in server.artifact_tools:
+                # The admin's registration, read here from the settings, never the server's
+                # descriptor, makes this result a governed artifact (R-107, R-403).
+                if server.credential_destination:
+                    handle = arguments.get(CREDENTIAL_HANDLE_ARGUMENT)
+                    body = _scrubbed(handle, body)
+                return await govern(ctx, server_id=server.id, remote=remote,
+                                    producer=descriptor.name, body=body)
+            return body
+
+        async def send_call(ctx: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
+            arguments = dict(arguments)
             handle = arguments.pop(CREDENTIAL_HANDLE_ARGUMENT, None)
             if server.credential_destination:
                 if handle is None:
@@ -639,10 +662,13 @@ class RunSessions:
 
 
 def result_body(server: McpServer, remote: str, result: Any) -> dict[str, Any]:
-    """A call's result as a JSON body, bounded to :data:`MAX_RESULT_CHARS` of text. Binary
-    content is described (type, media type, size), never carried. A result the server marks
-    as an error says so in the body, which the pipeline reads as a failure (R-274)."""
-    budget = MAX_RESULT_CHARS
+    """A call's result as a JSON body, bounded to :data:`MAX_RESULT_CHARS` of text (a
+    declared artifact producer's to :data:`MAX_PRODUCER_TEXT_CHARS`: its envelope never
+    reaches the model, the governed writer takes it). Binary content is described (type,
+    media type, size), never carried. A result the server marks as an error says so in the
+    body, which the pipeline reads as a failure (R-274)."""
+    budget = (MAX_PRODUCER_TEXT_CHARS if remote in server.artifact_tools
+              else MAX_RESULT_CHARS)
     parts: list[dict[str, Any]] = []
     truncated = False
     for block in getattr(result, "content", None) or ():
@@ -679,6 +705,16 @@ def result_body(server: McpServer, remote: str, result: Any) -> dict[str, Any]:
         body["ok"] = False
         body["error"] = {"message": first[:500] or f"{remote} reported an error."}
     return body
+
+
+def _scrubbed(handle: object, body: dict[str, Any]) -> dict[str, Any]:
+    """A credential-backed producer's body scrubbed of the member's value before it is
+    stored (the pipeline scrubs only what it is handed back, after the write)."""
+    scrub = getattr(handle, "scrub", None)
+    if scrub is None:
+        return body
+    cleaned = scrub(body)
+    return cleaned if isinstance(cleaned, dict) else body
 
 
 def _reason(exc: BaseException, watch: AuthWatch, *, credentialed: bool) -> str:

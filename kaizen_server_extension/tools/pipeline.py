@@ -126,6 +126,7 @@ from kaizen_server_extension.tools.ports import (
     RosterCheck,
     ToolExecutor,
 )
+from kaizen_server_extension.tools.running_call import running_call
 from kaizen_server_extension.tools.schema import validate_arguments
 from kaizen_server_extension.tools.settlement import (
     MAX_MESSAGE_CHARS,
@@ -667,12 +668,14 @@ class ToolPipeline:
         timeout = descriptor.effective_timeout_s
         running = (self._executor(registered, bundle, arguments) if credential is None
                    else self._with_credential(registered, bundle, credential))
-        if authorization is None:
-            task: asyncio.Future[object] = asyncio.ensure_future(running)
-        else:
-            # The call's own task carries what authorized it, and no other task does.
-            with authorized_as(authorization):
-                task = asyncio.ensure_future(running)
+        # The call's own task carries its call id (a call-scoped attestation names it) and
+        # what authorized it, and no other task does.
+        with running_call(request.call_id):
+            if authorization is None:
+                task: asyncio.Future[object] = asyncio.ensure_future(running)
+            else:
+                with authorized_as(authorization):
+                    task = asyncio.ensure_future(running)
         waiters: set[asyncio.Future[Any]] = {task}
         stop = asyncio.ensure_future(self._cancelled.wait()) if self._cancelled else None
         if stop is not None:

@@ -247,24 +247,51 @@ def validate_envelope(raw: object) -> Envelope:
 # The attestation key lives only in this server process; a marker cannot be minted outside it.
 _ATTESTATION_KEY = secrets.token_bytes(32)
 ATTESTATION_PREFIX = "kz-attest:v1:"
+#: Between a marker's MAC and the producer it names (a tool name never contains it).
+_PRODUCER_SEPARATOR = "@"
+_PRODUCER_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: What an attestation asserts, and all it asserts (R-403): the approved producer returned
+#: output that passed the envelope contract. Never that its provenance or markings are true.
+ATTESTATION_ASSERTS = "validated_output_of_approved_producer"
 
 
 @dataclass(frozen=True, slots=True)
 class Attestation:
-    """The call-scoped server attestation of one validated trusted tool result (R-107)."""
+    """The call-scoped server attestation of one validated trusted tool result (R-107),
+    naming the administrator-approved producer that returned it ("" when a trusted built-in
+    result names none)."""
 
     call_id: str
     digest: str
     marker: str
+    producer: str = ""
 
 
-def attest_trusted_result(call_id: str, envelope: Envelope) -> Attestation:
-    """Only the trusted tool-result boundary calls this, after validating the envelope."""
+def attest_trusted_result(call_id: str, envelope: Envelope, *,
+                          producer: str = "") -> Attestation:
+    """Only the trusted tool-result boundary calls this, after validating the envelope. The
+    MAC binds the call, the canonical bytes and the producer, so a marker cannot be moved to
+    another producer's name."""
+    if producer and not _PRODUCER_RE.fullmatch(producer):
+        raise ValueError("a producer is a tool name")
     digest = hashlib.sha256(envelope.canonical).hexdigest()
-    mac = hmac.new(_ATTESTATION_KEY, f"{call_id}\0{digest}".encode(), hashlib.sha256)
-    return Attestation(call_id, digest, ATTESTATION_PREFIX + mac.hexdigest()[:48])
+    signed = f"{call_id}\0{digest}" + (f"\0{producer}" if producer else "")
+    mac = hmac.new(_ATTESTATION_KEY, signed.encode(), hashlib.sha256)
+    marker = ATTESTATION_PREFIX + mac.hexdigest()[:48]
+    if producer:
+        marker += _PRODUCER_SEPARATOR + producer
+    return Attestation(call_id, digest, marker, producer)
 
 
 def verify_attestation(attestation: Attestation, envelope: Envelope) -> bool:
-    expected = attest_trusted_result(attestation.call_id, envelope)
+    expected = attest_trusted_result(attestation.call_id, envelope,
+                                     producer=attestation.producer)
     return hmac.compare_digest(expected.marker, attestation.marker)
+
+
+def producer_of(marker: str | None) -> str | None:
+    """The producer a stored marker names, or None (no marker, or one that names none)."""
+    if not marker or not marker.startswith(ATTESTATION_PREFIX):
+        return None
+    _, sep, producer = marker.partition(_PRODUCER_SEPARATOR)
+    return producer if sep and _PRODUCER_RE.fullmatch(producer) else None

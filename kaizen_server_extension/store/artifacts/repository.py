@@ -14,7 +14,11 @@
   they currently participate in — the exact room reference, never the title or the root
   (R-090). Everything else is NotFound, never 403.
 * The reserved renderable pair needs a server attestation; the database CHECK enforces the
-  same (R-119), so ordinary writes cannot mint it whatever the caller passes.
+  same (R-119), so ordinary writes cannot mint it whatever the caller passes. The stored
+  marker names the approved producer (an MCP artifact tool, docs/mcp.md), which the record's
+  ``attested`` shows with the one thing the attestation asserts: validated output of that
+  producer, never that its provenance or markings are true (R-403). A fork keeps the marker,
+  so a copy still names the producer whose output it is (R-118).
 """
 
 from __future__ import annotations
@@ -31,11 +35,13 @@ from sqlalchemy.exc import IntegrityError
 from kaizen_server_extension.protocol.errors import Conflict, NotFound
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.artifacts.content import (
+    ATTESTATION_ASSERTS,
     Attestation,
     Envelope,
     ValidationFailed,
     check_content,
     is_reserved,
+    producer_of,
     verify_attestation,
 )
 from kaizen_server_extension.store.core import Tx, new_id, utcnow
@@ -111,6 +117,17 @@ class ArtifactVersionRecord:
     source_name: str | None
     created_at: datetime
     content: bytes
+    #: The approved producer a governed version's attestation names (None: none recorded).
+    producer: str | None = None
+
+    @property
+    def attested(self) -> dict[str, Any] | None:
+        """What a governed version's attestation asserts: that the named approved producer
+        returned output that passed the envelope contract — not that its provenance or
+        markings are true (R-403). None for an ordinary version."""
+        if not self.governed:
+            return None
+        return {"producer": self.producer, "asserts": ATTESTATION_ASSERTS}
 
     @property
     def is_text(self) -> bool:
@@ -127,7 +144,8 @@ class ArtifactVersionRecord:
             "version_title": self.version_title, "mime": self.mime,
             "digest": self.digest, "size": self.size, "author": self.author,
             "conversation_id": self.conversation_id, "room_id": self.room_id,
-            "governed": self.governed, "derived_from": self.derived_from,
+            "governed": self.governed, "attested": self.attested,
+            "derived_from": self.derived_from,
             "created_at": self.created_at.isoformat(),
         }
         if content and self.is_text:
@@ -161,6 +179,7 @@ def _record(root: m.Artifact, row: m.ArtifactVersion) -> ArtifactVersionRecord:
         governed=row.attestation is not None and is_reserved(row.kind, row.language),
         derived_from=root.derived_from, source_name=root.source_name,
         created_at=row.created_at, content=bytes(row.content),
+        producer=producer_of(row.attestation) if is_reserved(row.kind, row.language) else None,
     )
 
 
