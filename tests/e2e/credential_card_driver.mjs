@@ -8,12 +8,8 @@
 //      and the form must show), KAIZEN_E2E_SECRET (what the member types),
 //      KAIZEN_E2E_SCREENSHOTS (dir), KAIZEN_E2E_CHROMIUM (default /usr/bin/chromium)
 import path from 'node:path';
-import { createRequire } from 'node:module';
-import { fileURLToPath } from 'node:url';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const require = createRequire(path.join(here, '..', '..', 'labextension', 'package.json'));
-const { chromium } = require('playwright-core');
+import { check, here, log, openPanel, runDriver } from './driver_kit.mjs';
 
 const base = process.env.KAIZEN_E2E_BASE_URL;
 const token = process.env.KAIZEN_E2E_TOKEN;
@@ -22,44 +18,12 @@ const origin = process.env.KAIZEN_E2E_ORIGIN;
 const secret = process.env.KAIZEN_E2E_SECRET;
 const shots = process.env.KAIZEN_E2E_SCREENSHOTS || here;
 const TIMEOUT = 60000;
-const started = Date.now();
-
-function log(step, extra = {}) {
-  console.log(JSON.stringify({ step, ms: Date.now() - started, ...extra }));
-}
-
-function check(condition, message) {
-  if (!condition) {
-    throw new Error(message);
-  }
-}
-
-async function openPanel(page) {
-  await page.goto(`${base}lab?token=${token}`, { waitUntil: 'domcontentloaded' });
-  const tab = page.locator('.jp-SideBar.jp-mod-right li[data-id="kaizen-panel"]');
-  await tab.waitFor({ timeout: TIMEOUT });
-  const panel = page.locator('#kaizen-panel');
-  for (let attempt = 0; attempt < 5; attempt++) {
-    try {
-      await panel.waitFor({ state: 'visible', timeout: attempt ? 3000 : 1000 });
-      return;
-    } catch {
-      await tab.click();
-    }
-  }
-  await panel.waitFor({ state: 'visible', timeout: TIMEOUT });
-}
-
-const browser = await chromium.launch({
-  executablePath: process.env.KAIZEN_E2E_CHROMIUM || '/usr/bin/chromium',
-  args: ['--no-sandbox']
-});
-try {
+await runDriver(async browser => {
   const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
   const page = await context.newPage();
   const errors = [];
   page.on('pageerror', e => errors.push(String(e)));
-  await openPanel(page);
+  await openPanel(page, base, token, TIMEOUT);
   await page.locator(`.jp-Kaizen-conversation[data-conversation-id="${conversation}"]`).click();
   const card = page.locator('.jp-Kaizen-credential');
   await card.waitFor({ timeout: TIMEOUT });
@@ -108,17 +72,4 @@ try {
     throw new Error(`page errors: ${errors.join(' | ').slice(0, 500)}`);
   }
   log('done');
-} catch (error) {
-  console.log(JSON.stringify({ step: 'failed', error: String(error?.stack ?? error).slice(0, 2000) }));
-  try {
-    const pages = browser.contexts().flatMap(c => c.pages());
-    if (pages.length) {
-      await pages.at(-1).screenshot({ path: path.join(shots, 'failure.png') });
-    }
-  } catch {
-    // best effort
-  }
-  process.exitCode = 1;
-} finally {
-  await browser.close();
-}
+}, { shots });

@@ -7,12 +7,8 @@
 //      destination origin the page must show first), KAIZEN_E2E_SCREENSHOTS (dir),
 //      KAIZEN_E2E_CHROMIUM (default /usr/bin/chromium)
 import path from 'node:path';
-import { createRequire } from 'node:module';
-import { fileURLToPath } from 'node:url';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const require = createRequire(path.join(here, '..', '..', 'labextension', 'package.json'));
-const { chromium } = require('playwright-core');
+import { check, here, log, runDriver } from './driver_kit.mjs';
 
 const formUrl = process.env.KAIZEN_E2E_FORM_URL;
 const token = process.env.KAIZEN_E2E_TOKEN;
@@ -21,23 +17,8 @@ const secret = process.env.KAIZEN_E2E_SECRET;
 const origin = process.env.KAIZEN_E2E_ORIGIN;
 const shots = process.env.KAIZEN_E2E_SCREENSHOTS || here;
 const TIMEOUT = 60000;
-const started = Date.now();
 
-function log(step, extra = {}) {
-  console.log(JSON.stringify({ step, ms: Date.now() - started, ...extra }));
-}
-
-function check(condition, message) {
-  if (!condition) {
-    throw new Error(message);
-  }
-}
-
-const browser = await chromium.launch({
-  executablePath: process.env.KAIZEN_E2E_CHROMIUM || '/usr/bin/chromium',
-  args: ['--no-sandbox']
-});
-try {
+await runDriver(async browser => {
   // Another member opening the link sees a refusal and no input at all.
   const intruder = await browser.newPage();
   const refusedAnswer = await intruder.goto(`${formUrl}?token=${otherToken}`);
@@ -97,6 +78,4 @@ try {
   }, { url: `${formUrl}?token=${token}`, secret: `${secret}-again` });
   check(resubmitted === 409 || resubmitted === 403, `a resubmission answered ${resubmitted}`);
   log('resubmission_refused', { status: resubmitted });
-} finally {
-  await browser.close();
-}
+}, { shots });

@@ -4,20 +4,14 @@
 // tests/e2e/test_notebook_review.py; prints one JSON line per step, exits non-zero on failure.
 //
 // env: KAIZEN_E2E_BASE_URL, KAIZEN_E2E_TOKEN, KAIZEN_E2E_SCREENSHOTS, KAIZEN_E2E_CHROMIUM
-import { createRequire } from 'node:module';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const require = createRequire(path.join(here, '..', '..', 'labextension', 'package.json'));
-const { chromium } = require('playwright-core');
+import { here, log, runDriver } from './driver_kit.mjs';
 
 const base = process.env.KAIZEN_E2E_BASE_URL;
 const token = process.env.KAIZEN_E2E_TOKEN;
 const shots = process.env.KAIZEN_E2E_SCREENSHOTS || here;
 const TIMEOUT = 90000;
-const started = Date.now();
-const log = (step, extra = {}) => console.log(JSON.stringify({ step, ms: Date.now() - started, ...extra }));
 
 async function cellTexts(page) {
   return page.$$eval('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell .jp-InputArea-editor', nodes =>
@@ -38,11 +32,7 @@ async function waitCells(page, predicate, what) {
   throw new Error(`${what}: cells are ${JSON.stringify(texts)}`);
 }
 
-const browser = await chromium.launch({
-  executablePath: process.env.KAIZEN_E2E_CHROMIUM || '/usr/bin/chromium',
-  args: ['--no-sandbox']
-});
-try {
+await runDriver(async browser => {
   const context = await browser.newContext({ viewport: { width: 1500, height: 950 } });
   const page = await context.newPage();
   const errors = [];
@@ -112,17 +102,4 @@ try {
   }
   const conversationId = await page.locator('.jp-Kaizen-chat').getAttribute('data-conversation-id');
   log('done', { conversationId });
-} catch (error) {
-  console.log(JSON.stringify({ step: 'failed', error: String(error?.stack ?? error).slice(0, 2000) }));
-  try {
-    const pages = browser.contexts().flatMap(c => c.pages());
-    if (pages.length) {
-      await pages.at(-1).screenshot({ path: path.join(shots, 'notebook-failure.png') });
-    }
-  } catch {
-    // best effort
-  }
-  process.exitCode = 1;
-} finally {
-  await browser.close();
-}
+}, { shots, failureShot: 'notebook-failure.png' });

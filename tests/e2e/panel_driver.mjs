@@ -15,42 +15,18 @@
 //      citation opened, then "no longer available" once the document is deleted, with
 //      KAIZEN_E2E_FAKE_URL the fake model's root URL)
 import fs from 'node:fs/promises';
-import { createRequire } from 'node:module';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const require = createRequire(path.join(here, '..', '..', 'labextension', 'package.json'));
-const { chromium } = require('playwright-core');
+import { here, log, openPanel as openLab, runDriver } from './driver_kit.mjs';
 
 const base = process.env.KAIZEN_E2E_BASE_URL;
 const token = process.env.KAIZEN_E2E_TOKEN;
 const shots = process.env.KAIZEN_E2E_SCREENSHOTS || here;
-const executablePath = process.env.KAIZEN_E2E_CHROMIUM || '/usr/bin/chromium';
 const TIMEOUT = 60000;  // generous: CI machines are shared and slow under load
 const scenario = process.env.KAIZEN_E2E_SCENARIO || 'panel';
 
-const started = Date.now();
-function log(step, extra = {}) {
-  console.log(JSON.stringify({ step, ms: Date.now() - started, ...extra }));
-}
-
 async function openPanel(page) {
-  await page.goto(`${base}lab?token=${token}`, { waitUntil: 'domcontentloaded' });
-  const tab = page.locator('.jp-SideBar.jp-mod-right li[data-id="kaizen-panel"]');
-  await tab.waitFor({ timeout: 60000 });
-  // The restored layout may open the panel a moment after the tab shows: a click then would
-  // close it again, so check (and click) until it stays visible.
-  const panel = page.locator('#kaizen-panel');
-  for (let attempt = 0; attempt < 5; attempt++) {
-    try {
-      await panel.waitFor({ state: 'visible', timeout: attempt ? 3000 : 1000 });
-      return;
-    } catch {
-      await tab.click();
-    }
-  }
-  await panel.waitFor({ state: 'visible', timeout: TIMEOUT });
+  await openLab(page, base, token, TIMEOUT);
 }
 
 async function send(page, text) {
@@ -88,7 +64,6 @@ async function setTheme(page, theme) {
     throw new Error(`theme change answered ${status}`);
   }
 }
-
 
 // A conversation served from fixtures (REST routes + a mocked websocket): the approval card,
 // a running tool with its spinner, the queue, and the card resolving from the event alone.
@@ -1176,12 +1151,8 @@ async function canvasState(page) {
   }));
 }
 
-const browser = await chromium.launch({
-  executablePath,
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking']
-});
 const errors = [];
-try {
+await runDriver(async browser => {
   const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
   const page = await context.newPage();
   page.on('pageerror', error => errors.push(String(error)));
@@ -1442,17 +1413,4 @@ try {
     }
     log('done', { conversationId });
   }
-} catch (error) {
-  console.log(JSON.stringify({ step: 'failed', error: String(error?.stack ?? error).slice(0, 2000) }));
-  try {
-    const pages = browser.contexts().flatMap(c => c.pages());
-    if (pages.length) {
-      await pages.at(-1).screenshot({ path: path.join(shots, 'failure.png') });
-    }
-  } catch {
-    // best effort
-  }
-  process.exitCode = 1;
-} finally {
-  await browser.close();
-}
+}, { shots });
