@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from sqlalchemy import select
 
 from kaizen_server_extension.store import Store, create_engine, upgrade
+from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.engine import is_sqlite, sqlite_url_for
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from tests.support.server import ServerProcess, start_server
@@ -109,6 +111,18 @@ def with_server_store(server: ServerProcess, work: Callable[[Store], Awaitable[T
         finally:
             await engine.dispose()
     return asyncio.run(main())
+
+
+def tool_call_audit(server: ServerProcess, run_id: str) -> list[dict[str, Any]]:
+    """The ``tool.call`` audit rows of ``run_id`` in a test server's database."""
+    async def read(store: Store) -> list[dict[str, Any]]:
+        async with store.transaction() as tx:
+            rows = (await tx.session.execute(
+                select(m.AuditEvent.data).where(m.AuditEvent.run_id == run_id,
+                                                m.AuditEvent.action == "tool.call"))
+            ).scalars().all()
+            return [dict(r) for r in rows]
+    return with_server_store(server, read)
 
 
 @pytest.fixture(scope="session", params=BACKENDS)

@@ -15,11 +15,8 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import select
 
-from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.store import Store
-from tests.conftest import BACKENDS, scripted_server, with_server_store
+from tests.conftest import BACKENDS, scripted_server, tool_call_audit
 from tests.lanes.test_turns import _events, _pending_approval, _send, _settled
 from tests.support.grant_guard_plugin import DENIED_TITLE, REVIEWED_TITLE
 from tests.support.server import ServerProcess
@@ -124,17 +121,6 @@ def _asks(client: httpx.Client, room: str, text: str) -> dict[str, Any]:
     return approval
 
 
-def _audit_of_calls(server: ServerProcess, run_id: str) -> list[dict[str, Any]]:
-    async def read(store: Store) -> list[dict[str, Any]]:
-        async with store.transaction() as tx:
-            rows = (await tx.session.execute(
-                select(m.AuditEvent.data).where(m.AuditEvent.run_id == run_id,
-                                                m.AuditEvent.action == "tool.call"))
-            ).scalars().all()
-            return [dict(r) for r in rows]
-    return with_server_store(server, read)
-
-
 @pytest.mark.rule("R-224", "R-240", "R-377")
 def test_allowing_a_tool_for_the_conversation_answers_its_later_calls_there(
         grant_server: ServerProcess) -> None:
@@ -153,10 +139,10 @@ def test_allowing_a_tool_for_the_conversation_answers_its_later_calls_there(
         later = _runs_unasked(alice, room, "save note 2")
         # The audit keeps a grant-answered call apart from a one-shot approval: the
         # card's own call was the approval's, the later one the grant's.
-        [row] = _audit_of_calls(grant_server, later)
+        [row] = tool_call_audit(grant_server, later)
         assert row["authorization"]["by"] == "conversation_grant", row
         assert row["authorization"]["grant"]["approval_id"] == first["approval_id"]
-        [one_shot] = _audit_of_calls(grant_server, first["run_id"])
+        [one_shot] = tool_call_audit(grant_server, first["run_id"])
         assert one_shot["authorization"]["by"] == "one_shot_approval", one_shot
         assert one_shot["authorization"]["approval_id"] == first["approval_id"]
 
@@ -190,7 +176,7 @@ def test_each_call_audits_what_authorized_it(grant_server: ServerProcess) -> Non
                              json={"approval_mode": "always_ask"}).status_code == 200
 
     def authorization(run_id: str) -> Any:
-        [row] = _audit_of_calls(grant_server, run_id)
+        [row] = tool_call_audit(grant_server, run_id)
         assert row["outcome"] == "ok", row
         return row["authorization"]
 
@@ -209,7 +195,7 @@ def test_each_call_audits_what_authorized_it(grant_server: ServerProcess) -> Non
     assert authorization(unasked) == {"by": "never_ask", "mode": "never_ask",
                                       "run_id": unasked}
     # The declined call never ran: nothing in the audit says anything authorized it.
-    assert [row["authorization"] for row in _audit_of_calls(grant_server, declined["run_id"])
+    assert [row["authorization"] for row in tool_call_audit(grant_server, declined["run_id"])
             if "authorization" in row] in ([], [None])
 
 

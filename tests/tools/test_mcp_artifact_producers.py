@@ -33,7 +33,7 @@ from kaizen_server_extension.store.artifacts.content import (
 )
 from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
-from tests.conftest import BACKENDS, served_by, with_server_store
+from tests.conftest import BACKENDS, served_by, tool_call_audit, with_server_store
 from tests.lanes.test_turns import _events, _send, _settled
 from tests.support.mcp_agent_plugin import MCP_AGENT
 from tests.support.mcp_artifact_server import FALSE_PROVENANCE, MARKINGS, envelope
@@ -121,17 +121,6 @@ def _versions(server: ServerProcess) -> list[dict[str, Any]]:
     return with_server_store(server, read)
 
 
-def _audit(server: ServerProcess, run_id: str) -> list[dict[str, Any]]:
-    async def read(store: Store) -> list[dict[str, Any]]:
-        async with store.transaction() as tx:
-            rows = (await tx.session.execute(
-                select(m.AuditEvent.data).where(m.AuditEvent.run_id == run_id,
-                                                m.AuditEvent.action == "tool.call"))
-            ).scalars().all()
-            return [dict(r) for r in rows]
-    return with_server_store(server, read)
-
-
 @pytest.mark.rule("R-403", "R-107")
 def test_a_declared_producer_writes_a_governed_artifact_it_alone_vouches_for(
         world: World) -> None:
@@ -166,7 +155,7 @@ def test_a_declared_producer_writes_a_governed_artifact_it_alone_vouches_for(
         assert row["attestation"].startswith(ATTESTATION_PREFIX)
         assert producer_of(row["attestation"]) == PRODUCER and row["run_id"] == run_id
         # The call's audit row names the producer too.
-        [audit] = _audit(world.server, run_id)
+        [audit] = tool_call_audit(world.server, run_id)
         assert audit["tool"] == PRODUCER and audit["outcome"] == "ok"
         assert PRODUCER in json.dumps(audit)
 

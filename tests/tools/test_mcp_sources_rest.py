@@ -21,13 +21,10 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import select
 
-from kaizen_server_extension.store import models as m
-from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from kaizen_server_extension.tools.pipeline import DEFAULT_PROJECTION_LIMIT
-from tests.conftest import BACKENDS, served_by, with_server_store
+from tests.conftest import BACKENDS, served_by, tool_call_audit
 from tests.lanes.test_turns import _events, _pending_approval, _send, _settled
 from tests.support.mcp_agent_plugin import MCP_AGENT
 from tests.support.processes import stop_process
@@ -158,17 +155,6 @@ def _run(client: httpx.Client, room: str, text: str) -> tuple[str, dict[str, Any
     return str(accepted["run_id"]), _settled(client, accepted["run_id"], timeout=120)
 
 
-def _audit_of_calls(server: ServerProcess, run_id: str) -> list[dict[str, Any]]:
-    async def read(store: Store) -> list[dict[str, Any]]:
-        async with store.transaction() as tx:
-            rows = (await tx.session.execute(
-                select(m.AuditEvent.data).where(m.AuditEvent.run_id == run_id,
-                                                m.AuditEvent.action == "tool.call"))
-            ).scalars().all()
-            return [dict(r) for r in rows]
-    return with_server_store(server, read)
-
-
 @pytest.mark.rule("R-400", "R-328", "R-330", "R-066", "R-065")
 def test_discovery_offers_each_granted_tool_under_its_source_name(world: McpWorld) -> None:
     with world.server.client("alice") as alice:
@@ -251,7 +237,7 @@ def test_a_read_runs_on_its_own_server_without_asking(world: McpWorld) -> None:
         assert [r for r in world.ran("local") if r["tool"] == "lookup"
                 and r["arguments"] == {"q": "kaizen"}]
         # The same audit row as any tool call.
-        [row] = _audit_of_calls(world.server, run_id)
+        [row] = tool_call_audit(world.server, run_id)
         assert row["tool"] == "mcp__local__lookup" and row["outcome"] == "ok"
 
         run_id, run = _run(alice, room, "look up on the web")

@@ -23,7 +23,7 @@ from sqlalchemy import inspect, select
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
-from tests.conftest import BACKENDS, served_by, with_server_store
+from tests.conftest import BACKENDS, served_by, tool_call_audit, with_server_store
 from tests.lanes.test_turns import _events, _pending_approval, _send, _settled
 from tests.support.egress_policy import policy_env
 from tests.support.openapi_agent_plugin import OPENAPI_AGENT
@@ -281,14 +281,7 @@ def test_a_read_runs_on_the_registered_origin_with_fixed_headers(
     assert "alice" not in json.dumps(received.headers)
     assert world.elsewhere.received() == []
     # The same audit row as any tool call.
-
-    async def audited(store: Store) -> list[dict[str, Any]]:
-        async with store.transaction() as tx:
-            return [dict(r) for r in (await tx.session.execute(
-                select(m.AuditEvent.data).where(m.AuditEvent.run_id == run_id,
-                                                m.AuditEvent.action == "tool.call"))
-            ).scalars().all()]
-    [row] = with_server_store(world.server, audited)
+    [row] = tool_call_audit(world.server, run_id)
     assert row["tool"] == name and row["outcome"] == "ok"
 
 
