@@ -17,9 +17,8 @@ from kaizen_server_extension.credentials.crypto import new_key_text
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from tests.conftest import BACKENDS, served_by
 from tests.credentials.test_broker_rest import _leaks
-from tests.support.egress_policy import policy_env
 from tests.support.openapi_agent_plugin import OPENAPI_AGENT
-from tests.support.openapi_server import OpenApiService, items_document
+from tests.support.openapi_server import OpenApiService, items_document, reaching
 from tests.support.server import ServerProcess, member_token
 from tests.support.tool_turns import settled_calls_of_turn
 
@@ -64,11 +63,8 @@ def world(request: pytest.FixtureRequest,
         with served_by(str(request.param), root, fake, extra_env={
                 "KAIZEN_PLUGINS": "tests.support.openapi_agent_plugin",
                 "KAIZEN_OPENAPI_SOURCES_ENABLED": "1",
-                "KAIZEN_OPENAPI_EGRESS_NETWORKS": "127.0.0.1/32",
-                "KAIZEN_OPENAPI_EGRESS_PORTS": str(service.port),
-                "KAIZEN_OPENAPI_CA_FILE": str(service.ca_file),
                 # The deployment's signed egress policy names the local services.
-                **policy_env(root, [service.origin]),
+                **reaching(service, root),
                 "KAIZEN_OPENAPI_SCHEMA_FRESH_SECONDS": "0",
                 "KAIZEN_CREDENTIALS_ENABLED": "1",
                 "KAIZEN_EXTERNAL_QUERY_AUTH_ENABLED": "1",

@@ -34,9 +34,8 @@ from kaizen_server_extension.tools.ports import PausedCallFacts
 from tests.conftest import BACKENDS, served_by, with_server_store
 from tests.credentials.test_broker_rest import _leaks
 from tests.lanes.test_turns import _events, _pending_approval, _send, _settled
-from tests.support.egress_policy import policy_env
 from tests.support.openapi_agent_plugin import OPENAPI_AGENT
-from tests.support.openapi_server import OpenApiService, items_document
+from tests.support.openapi_server import OpenApiService, items_document, reaching
 from tests.support.server import ServerProcess, member_token
 
 SECRET = "paused-call-7c3b-credential-value"
@@ -80,10 +79,7 @@ def world(request: pytest.FixtureRequest,
         with served_by(str(request.param), root, fake, extra_env={
                 "KAIZEN_PLUGINS": "tests.support.openapi_agent_plugin",
                 "KAIZEN_OPENAPI_SOURCES_ENABLED": "1",
-                "KAIZEN_OPENAPI_EGRESS_NETWORKS": "127.0.0.1/32",
-                "KAIZEN_OPENAPI_EGRESS_PORTS": str(service.port),
-                "KAIZEN_OPENAPI_CA_FILE": str(service.ca_file),
-                **policy_env(root, [service.origin]),
+                **reaching(service, root),
                 "KAIZEN_OPENAPI_SCHEMA_FRESH_SECONDS": "0",
                 "KAIZEN_CREDENTIALS_ENABLED": "1",
                 "KAIZEN_CREDENTIAL_FORM_SECONDS": str(FORM_SECONDS),

@@ -23,9 +23,8 @@ from kaizen_server_extension.store.engine import sqlite_url_for
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from tests.credentials.test_broker_rest import _leaks
 from tests.e2e.test_panel import REPO, node  # noqa: F401  (the fixture: Node.js, Chromium)
-from tests.support.egress_policy import policy_env
 from tests.support.openapi_agent_plugin import OPENAPI_AGENT
-from tests.support.openapi_server import OpenApiService, items_document
+from tests.support.openapi_server import OpenApiService, items_document, reaching
 from tests.support.server import SERVER_TOKEN, ServerProcess, start_server
 
 DRIVER = Path(__file__).with_name("credential_card_driver.mjs")
@@ -55,10 +54,7 @@ def world(node: str, tmp_path: Path) -> Iterator[tuple[ServerProcess, FakeOpenAI
                 str(tmp_path / "jupyter-path"), os.environ.get("JUPYTER_PATH", "")])),
             "KAIZEN_PLUGINS": "tests.support.openapi_agent_plugin",
             "KAIZEN_OPENAPI_SOURCES_ENABLED": "1",
-            "KAIZEN_OPENAPI_EGRESS_NETWORKS": "127.0.0.1/32",
-            "KAIZEN_OPENAPI_EGRESS_PORTS": str(service.port),
-            "KAIZEN_OPENAPI_CA_FILE": str(service.ca_file),
-            **policy_env(tmp_path, [service.origin]),
+            **reaching(service, tmp_path),
             "KAIZEN_CREDENTIALS_ENABLED": "1",
             "KAIZEN_CREDENTIAL_KEY": new_key_text()})
         try:

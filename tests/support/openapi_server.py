@@ -297,3 +297,15 @@ def oversized_document(size: int) -> bytes:
 def iter_header_names(received: list[Received]) -> Iterator[str]:
     for request in received:
         yield from request.headers
+
+
+def reaching(service: OpenApiService, directory: Path) -> dict[str, str]:
+    """A Kaizen server's settings to reach ``service`` on loopback: the egress networks and
+    port, the service's CA, and a deployment's signed egress policy (written in
+    ``directory``) naming its origin (R-379)."""
+    from tests.support.egress_policy import policy_env
+
+    return {"KAIZEN_OPENAPI_EGRESS_NETWORKS": "127.0.0.1/32",
+            "KAIZEN_OPENAPI_EGRESS_PORTS": str(service.port),
+            "KAIZEN_OPENAPI_CA_FILE": str(service.ca_file),
+            **policy_env(directory, [service.origin])}

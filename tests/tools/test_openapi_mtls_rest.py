@@ -21,9 +21,8 @@ from kaizen_server_extension.credentials.crypto import new_key_text
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from kaizen_server_extension.tools.mtls import STAGING_ROOT, _memory_backed
 from tests.conftest import BACKENDS, served_by, with_server_store
-from tests.support.egress_policy import policy_env
 from tests.support.openapi_agent_plugin import OPENAPI_AGENT
-from tests.support.openapi_server import OpenApiService, items_document
+from tests.support.openapi_server import OpenApiService, items_document, reaching
 from tests.support.server import ServerProcess, member_token
 from tests.support.tool_turns import settled_calls_of_turn
 
@@ -61,10 +60,7 @@ def world(request: pytest.FixtureRequest,
         with served_by(str(request.param), root, fake, extra_env={
                 "KAIZEN_PLUGINS": "tests.support.openapi_agent_plugin",
                 "KAIZEN_OPENAPI_SOURCES_ENABLED": "1",
-                "KAIZEN_OPENAPI_EGRESS_NETWORKS": "127.0.0.1/32",
-                "KAIZEN_OPENAPI_EGRESS_PORTS": str(service.port),
-                "KAIZEN_OPENAPI_CA_FILE": str(service.ca_file),
-                **policy_env(root, [service.origin]),
+                **reaching(service, root),
                 "KAIZEN_CREDENTIALS_ENABLED": "1",
                 "KAIZEN_CREDENTIAL_KEY": new_key_text()}) as server:
             with server.client("alice") as alice:

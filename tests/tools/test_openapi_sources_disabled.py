@@ -13,9 +13,8 @@ from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from tests.conftest import BACKENDS, served_by, with_server_store
 from tests.lanes.test_turns import _send, _settled
-from tests.support.egress_policy import policy_env
 from tests.support.openapi_agent_plugin import OPENAPI_AGENT
-from tests.support.openapi_server import OpenApiService, items_document
+from tests.support.openapi_server import OpenApiService, items_document, reaching
 from tests.support.server import ServerProcess
 
 
@@ -35,10 +34,7 @@ def off(request: pytest.FixtureRequest,
         # Everything else as when the feature is on: only the switch is off.
         with served_by(str(request.param), root, fake, extra_env={
                 "KAIZEN_PLUGINS": "tests.support.openapi_agent_plugin",
-                "KAIZEN_OPENAPI_EGRESS_NETWORKS": "127.0.0.1/32",
-                "KAIZEN_OPENAPI_EGRESS_PORTS": str(service.port),
-                "KAIZEN_OPENAPI_CA_FILE": str(service.ca_file),
-                **policy_env(root, [service.origin])}) as proc:
+                **reaching(service, root)}) as proc:
             yield Off(proc, fake, service)
 
 

@@ -27,8 +27,7 @@ import pytest
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from tests.conftest import BACKENDS, served_by
 from tests.lanes.test_turns import _events, _send, _settled
-from tests.support.egress_policy import policy_env
-from tests.support.openapi_server import OpenApiService
+from tests.support.openapi_server import OpenApiService, reaching
 from tests.support.server import ServerProcess
 from tests.support.source_rules_agent_plugin import (
     NO_SOURCE_AGENT,
@@ -135,10 +134,7 @@ def world(request: pytest.FixtureRequest,
                 "KAIZEN_MCP_SERVERS": json.dumps(servers),
                 "KAIZEN_PACKAGE_TOOLS_DIR": str(root / "packages"),
                 "KAIZEN_OPENAPI_SOURCES_ENABLED": "1",
-                "KAIZEN_OPENAPI_EGRESS_NETWORKS": "127.0.0.1/32",
-                "KAIZEN_OPENAPI_EGRESS_PORTS": str(service.port),
-                "KAIZEN_OPENAPI_CA_FILE": str(service.ca_file),
-                **policy_env(root, [service.origin])}) as proc:
+                **reaching(service, root)}) as proc:
             yield World(proc, fake, service, logs)
 
 
