@@ -13,12 +13,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from sqlalchemy import delete, select
+from sqlalchemy import bindparam, delete, select
 
 from kaizen_server_extension.protocol.errors import SchemaViolation
 from kaizen_server_extension.store import models as m
 from kaizen_server_extension.store.core import Tx, utcnow
 from kaizen_server_extension.store.store import Store
+from kaizen_server_extension.store.units import Unit, select_rows
 
 CHOICES_AUDIT_ACTION = "tool.choices"
 #: Names one member may leave out of one conversation.
@@ -41,6 +42,18 @@ def left_out(name: str, ancestors: Iterable[str], choices: frozenset[str]) -> bo
     return name in choices or any(a in choices for a in ancestors)
 
 
+_TOOL_CHOICES = m.Base.metadata.tables[m.ConversationToolChoice.__tablename__]
+_LEFT_OUT = select(_TOOL_CHOICES.c.tool).where(
+    _TOOL_CHOICES.c.member == bindparam("b_member"),
+    _TOOL_CHOICES.c.conversation_id == bindparam("b_conversation_id"))
+
+
+def _left_out(member: str, conversation_id: str) -> Unit[frozenset[str]]:
+    rows = yield from select_rows(_LEFT_OUT, {"b_member": member,
+                                              "b_conversation_id": conversation_id})
+    return frozenset(str(row[0]) for row in rows)
+
+
 class ToolChoices:
     """The member's own choices in one conversation they take part in."""
 
@@ -50,16 +63,13 @@ class ToolChoices:
     async def off_for(self, member: str, conversation_id: str,
                       tx: Tx | None = None) -> frozenset[str]:
         """The names ``member`` left out of ``conversation_id`` (none for a conversation
-        they do not take part in: a choice is only ever theirs)."""
+        they do not take part in: a choice is only ever theirs). Read at every discovery of
+        source tools, so outside a transaction it is a read unit (store/reads.py), not a
+        session."""
         if tx is None:
-            async with self.store.transaction() as own:
-                return await self.off_for(member, conversation_id, own)
-        rows = (await tx.session.execute(
-            select(m.ConversationToolChoice.tool)
-            .where(m.ConversationToolChoice.member == member,
-                   m.ConversationToolChoice.conversation_id == conversation_id))
-        ).scalars().all()
-        return frozenset(rows)
+            return await self.store.read(_left_out, member, conversation_id,
+                                         single_statement=True)
+        return await tx.run(_left_out(member, conversation_id))
 
     async def list_for(self, member: str, conversation_id: str) -> list[str]:
         async with self.store.transaction() as tx:
