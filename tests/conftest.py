@@ -113,6 +113,16 @@ def with_server_store(server: ServerProcess, work: Callable[[Store], Awaitable[T
     return asyncio.run(main())
 
 
+async def all_rows(store: Store) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table, by table name, each table's rows in a stable order."""
+    rows: dict[str, list[tuple[Any, ...]]] = {}
+    async with store.transaction() as tx:
+        for table in m.Base.metadata.sorted_tables:
+            result = await tx.session.execute(select(table))
+            rows[table.name] = sorted((tuple(r) for r in result.all()), key=repr)
+    return rows
+
+
 def tool_call_audit(server: ServerProcess, run_id: str) -> list[dict[str, Any]]:
     """The ``tool.call`` audit rows of ``run_id`` in a test server's database."""
     async def read(store: Store) -> list[dict[str, Any]]:

@@ -31,7 +31,7 @@ from kaizen_server_extension.store.credential_requests import CredentialRequests
 from kaizen_server_extension.store.store import Store
 from kaizen_server_extension.testing.fake_openai import FakeOpenAI
 from kaizen_server_extension.tools.ports import PausedCallFacts
-from tests.conftest import BACKENDS, served_by, with_server_store
+from tests.conftest import BACKENDS, all_rows, served_by, with_server_store
 from tests.credentials.test_broker_rest import _leaks
 from tests.lanes.test_turns import _events, _pending_approval, _send, _settled
 from tests.support.openapi_agent_plugin import OPENAPI_AGENT
@@ -202,6 +202,8 @@ def test_an_approved_write_pauses_for_its_form_and_runs_once_with_the_credential
     assert _leaks(model_saw, SECRET) == []
     assert requested["form_path"].rsplit("/", 1)[1] not in model_saw
     assert _leaks(world.server.log(), SECRET) == []
+    # A use-once value is never written to the database, in any table or encoding.
+    assert _leaks(repr(with_server_store(world.server, all_rows)), SECRET) == []
     ended = _event(alice, room, run_id, "credential.settled")["data"]
     assert ended["status"] == "submitted" and "credential_ref" not in ended
 

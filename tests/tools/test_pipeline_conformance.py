@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
-from sqlalchemy import select
 
 from kaizen_server_extension.host.store_ports import StoreAuthority, StorePermissions
 from kaizen_server_extension.policy.approvals import ApprovalMode, ApprovalStatus
@@ -30,7 +29,7 @@ from kaizen_server_extension.protocol.tools import (
     ToolOutcome,
     WriteCategory,
 )
-from kaizen_server_extension.store import Store, models
+from kaizen_server_extension.store import Store
 from kaizen_server_extension.tools import pipeline as pipeline_module
 from kaizen_server_extension.tools.authorization import CallAuthorization
 from kaizen_server_extension.tools.catalog import TOOL_SEARCH_NAME
@@ -38,6 +37,7 @@ from kaizen_server_extension.tools.metrics import ToolMetrics
 from kaizen_server_extension.tools.pipeline import ToolPipeline
 from kaizen_server_extension.tools.settlement import OPERATOR_DETAIL_BYTES
 from kaizen_server_extension.tools.types import RegisteredTool
+from tests.conftest import all_rows
 from tests.policy.fakes import (
     BUNDLE,
     Approvals,
@@ -437,15 +437,6 @@ async def test_a_member_facing_error_from_a_write_keeps_its_own_text() -> None:
 # --- an access check writes nothing --------------------------------------------------
 
 
-async def _all_rows(store: Store) -> dict[str, list[tuple[Any, ...]]]:
-    rows: dict[str, list[tuple[Any, ...]]] = {}
-    async with store.transaction() as tx:
-        for table in models.Base.metadata.sorted_tables:
-            result = await tx.session.execute(select(table))
-            rows[table.name] = sorted((tuple(r) for r in result.all()), key=repr)
-    return rows
-
-
 @pytest.mark.rule("R-365")
 async def test_the_call_time_access_checks_do_not_mutate_anything(store: Store) -> None:
     from tests.store.test_policy_ports import _running
@@ -453,7 +444,7 @@ async def test_the_call_time_access_checks_do_not_mutate_anything(store: Store) 
     bundle = await _running(store)
     await StorePermissions(store).set_policy("run_code", "alice", False, admin="dave")
     await StorePermissions(store).set_policy("show_chat_canvas", "*", False, admin="dave")
-    before = await _all_rows(store)
+    before = await all_rows(store)
 
     authority = StoreAuthority(store, bundle)
     checks = (StorePermissions(store), StorePermissions(store, authorize=lambda m, t: True),
@@ -468,4 +459,4 @@ async def test_the_call_time_access_checks_do_not_mutate_anything(store: Store) 
     with pytest.raises(AuthorityRejected):
         await StoreAuthority(store, stale).verify(stale)
 
-    assert await _all_rows(store) == before
+    assert await all_rows(store) == before
