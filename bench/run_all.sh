@@ -5,6 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"
-for bench in pipeline_overhead tool_search search runtime_overhead turns_throughput e2e_overhead accept_latency run_code notebook takeover local_model mcp_call; do
+for bench in pipeline_overhead tool_search search runtime_overhead turns_throughput e2e_overhead accept_latency bad_input run_code notebook takeover local_model mcp_call; do
     "$PYTHON" "bench/$bench.py" "$@"
 done

@@ -42,6 +42,9 @@ BENCHES: dict[str, tuple[list[str], int, set[str]]] = {
     "e2e_overhead": (["--n", "1", "--rooms", "3"], 2, {"bench", "db", "figure"}),
     "search": (["--n", "5", "--chunks", "200", "--docs", "4"], 2,
                COMMON | {"figure", "chunks", "ratio"}),
+    "bad_input": (["--n", "20"], 1, COMMON | {"cases", "server_errors", "writes_on_error",
+                                              "statuses", "reproductions",
+                                              "reproduction_server_errors"}),
     "accept_latency": (["--n", "3", "--spread-n", "4", "--rooms", "2", "--trials", "1"], 2,
                        COMMON | {"figure", "p50_ms", "p95_ms", "max_ms", "baseline_p95_ms",
                                  "ratio", "turns_per_s", "violations"}),
@@ -119,6 +122,14 @@ def test_bench_prints_one_json_object_per_figure(
         missing |= extra - figure.keys()
         assert not missing, f"{bench} line lacks {sorted(missing)}: {figure}"
         assert "skipped" not in figure
+
+
+def test_bad_input_bench_finds_no_server_error_and_no_write(
+    outputs: dict[str, subprocess.CompletedProcess[str]],
+) -> None:
+    (figure,) = _lines(outputs["bad_input"])
+    assert figure["cases"] == figure["reproductions"] + 20
+    assert figure["server_errors"] == 0 and figure["writes_on_error"] == 0, figure
 
 
 def test_pipeline_bench_covers_reads_and_writes_in_memory_and_on_the_store(
